@@ -1,0 +1,248 @@
+"""`overlay apply`: pinned upstream + series -> patched drop-in wheel.
+
+Everything happens in a scratch folder under build/tmp (marked with our pid, so a killed run is cleaned up by the
+next one); the finished wheel is moved into place with os.replace only when every step succeeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from overlay import gitops
+from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, PatchError, UsageError
+from overlay.fetch import fetch_artifact
+from overlay.fsutil import atomic_write_json, owned_scratch, safe_relpath
+from overlay.manifest import Manifest, load_engine
+from overlay.patching import DirTree, MemoryTree, apply_series
+from overlay.progress import NullReporter, Reporter
+from overlay.provenance import PROVENANCE_FILE, build_provenance, dumps, local_version
+from overlay.series import Patch, Series, load_series
+from overlay.wheels import WheelContents, read_wheel, set_version, write_wheel
+
+Source = Literal["pypi", "git"]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheel: Path
+    version: str
+    patches: tuple[Patch, ...]
+    provenance: dict[str, Any]
+
+
+def build_dir(root: Path) -> Path:
+    return root / "build"
+
+
+def default_out_dir(root: Path, engine: str) -> Path:
+    return build_dir(root) / "wheels" / engine
+
+
+def load_engine_series(root: Path, manifest: Manifest, *, check_folder: bool = True) -> Series:
+    """The engine's series, checked against the manifest's pin (the `# base:` line must name it)."""
+    series_dir = manifest.series_dir(root)
+    if not (series_dir / "series").is_file():
+        raise ConfigError(
+            f"{series_dir.relative_to(root) if series_dir.is_relative_to(root) else series_dir}/series does not exist",
+            tip=f"create it: first line `# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}`",
+        )
+    series = load_series(series_dir, check_folder=check_folder)
+    if series.engine != manifest.name or series.base_version != manifest.upstream.version:
+        raise ConfigError(
+            f"{series_dir}/series is based on {series.engine} {series.base_version}, but {manifest.path.name} pins "
+            f"{manifest.name} {manifest.upstream.version}",
+            tip="rebase the series (`overlay rebase`) or fix the `# base:` line",
+        )
+    if series.base_commit and manifest.upstream.commit and series.base_commit != manifest.upstream.commit:
+        raise ConfigError(
+            f"{series_dir}/series is based on commit {series.base_commit}, the manifest pins {manifest.upstream.commit}"
+        )
+    return series
+
+
+def check_upto(series: Series, upto: int | None) -> tuple[Patch, ...]:
+    if upto is not None and not 0 <= upto <= len(series.patches):
+        raise UsageError(f"--upto {upto} is out of range: the series has {len(series.patches)} patches")
+    return series.prefix(upto)
+
+
+def apply_engine(
+    *,
+    root: Path,
+    engine: str,
+    out_dir: Path | None = None,
+    upto: int | None = None,
+    source: Source = "pypi",
+    git_url: str | None = None,
+    commit: str | None = None,
+    offline: bool = False,
+    reporter: Reporter | None = None,
+) -> BuildResult:
+    reporter = reporter or NullReporter()
+    manifest = load_engine(root, engine)
+    series = load_engine_series(root, manifest)
+    patches = check_upto(series, upto)
+    out_dir = out_dir or default_out_dir(root, engine)
+    with owned_scratch(build_dir(root) / "tmp", f"apply-{engine}") as scratch:
+        if source == "pypi":
+            artifact = manifest.upstream.primary
+            path = fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
+            if artifact.is_wheel:
+                contents = _patched_from_wheel(manifest, path, patches, reporter)
+            else:
+                contents = _patched_from_sdist(manifest, path, patches, scratch, reporter)
+            source_info: dict[str, Any] = {"kind": "artifact", "filename": artifact.filename}
+            prov_artifact = artifact
+        elif source == "git":
+            url = git_url or manifest.upstream.git
+            rev = commit or manifest.upstream.commit
+            if not rev:
+                raise UsageError(
+                    f"{manifest.path.name} pins no upstream.commit, and the git source needs one",
+                    tip="pass --commit SHA (and --git-url URL for a fork or local clone), or add `commit` to the manifest",
+                )
+            contents = _patched_from_git(root, manifest, url, rev, patches, scratch, reporter)
+            source_info = {"kind": "git", "url": url if "://" in url else "<local path>", "commit": rev}
+            prov_artifact = None
+        else:
+            raise UsageError(f"unknown --source {source!r}; use pypi or git")
+        version = local_version(manifest, patches)
+        contents = set_version(contents, version)
+        provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info)
+        contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
+        reporter.step("wheel", f"writing {contents.name.filename()}")
+        built = write_wheel(contents, scratch / "out")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        final = out_dir / built.name
+        os.replace(built, final)
+    atomic_write_json(
+        build_dir(root) / "state" / f"{engine}.json",
+        {"version": 1, "wheel": str(final), "wheel_version": version, "patches": len(patches), "time": int(time.time())},
+    )
+    reporter.step("wheel", f"{final} ({len(patches)} patches)")
+    return BuildResult(wheel=final, version=version, patches=patches, provenance=provenance)
+
+
+def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: Reporter, *, package_root: str) -> None:
+    for index, patch in enumerate(patches, start=1):
+        reporter.step("apply", f"[{index}/{len(patches)}] {patch.name}")
+        try:
+            apply_series(tree, [patch], package_root=package_root)
+        except PatchError as exc:
+            raise PatchError(
+                exc.message,
+                tip=f"refresh the patch against {manifest.name} {manifest.upstream.version}: `overlay checkout "
+                f"{manifest.name} --upto {index - 1}`, re-make the change, commit, `overlay refresh {manifest.name}`",
+            ) from None
+
+
+def _patched_from_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], reporter: Reporter) -> WheelContents:
+    reporter.step("unpack", f"reading {path.name}")
+    contents = read_wheel(path)
+    _apply(contents.tree, manifest, patches, reporter, package_root=manifest.upstream.package_root)
+    return contents
+
+
+def safe_extract_tar(archive: Path, dest: Path) -> Path:
+    """Extract an sdist, refusing members that escape ``dest``, links and devices. Returns its single top folder."""
+    try:
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+            tops = set()
+            for m in members:
+                rel = safe_relpath(m.name, what=f"{archive.name}: archive member")
+                if m.issym() or m.islnk():
+                    raise IntegrityError(f"{archive.name}: archive member {m.name!r} is a link; refusing it")
+                if not (m.isfile() or m.isdir()):
+                    raise IntegrityError(f"{archive.name}: archive member {m.name!r} is not a file or folder")
+                tops.add(rel.parts[0])
+            tf.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise IntegrityError(f"{archive} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
+    if len(tops) != 1:
+        raise IntegrityError(f"{archive.name}: expected one top-level folder, found {sorted(tops)}")
+    return dest / tops.pop()
+
+
+def build_wheel_from_tree(src: Path, out: Path, reporter: Reporter) -> Path:
+    """Build a wheel with the project's own build backend (`python -m build --wheel`)."""
+    reporter.step("build", f"python -m build --wheel {src.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")},
+    )
+    if proc.returncode != 0:
+        raise ExternalCommandError(
+            f"building a wheel from {src} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}",
+            tip="the engine's build backend needs its build requirements from the package index",
+        )
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ExternalCommandError(f"`python -m build` produced {[w.name for w in wheels]} instead of one wheel")
+    return wheels[0]
+
+
+def _check_built_version(manifest: Manifest, contents: WheelContents, what: str) -> None:
+    if str(contents.name.version) != manifest.upstream.version:
+        raise ConfigError(
+            f"{what} builds {contents.name.distribution} {contents.name.version}, but the manifest pins "
+            f"{manifest.upstream.version}",
+            tip="check upstream.commit / the artifact against upstream.version",
+        )
+
+
+def _patched_from_sdist(
+    manifest: Manifest, path: Path, patches: tuple[Patch, ...], scratch: Path, reporter: Reporter
+) -> WheelContents:
+    reporter.step("unpack", f"extracting {path.name}")
+    top = safe_extract_tar(path, scratch / "sdist")
+    # An sdist's root is the package root of the git repository.
+    _apply(DirTree(top), manifest, patches, reporter, package_root=manifest.upstream.package_root)
+    contents = read_wheel(build_wheel_from_tree(top, scratch / "dist", reporter))
+    _check_built_version(manifest, contents, path.name)
+    return contents
+
+
+def git_mirror_path(root: Path, url: str) -> Path:
+    return build_dir(root) / "cache" / "git" / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
+
+
+def _patched_from_git(
+    root: Path, manifest: Manifest, url: str, commit: str, patches: tuple[Patch, ...], scratch: Path, reporter: Reporter
+) -> WheelContents:
+    if "://" not in url and not url.startswith("git@"):
+        local = Path(url).expanduser()
+        if not local.exists():
+            raise UsageError(f"git source {url!r} is neither a URL nor an existing path")
+        url = str(local.resolve())
+    mirror = git_mirror_path(root, url)
+    reporter.step("git", f"fetching {commit[:12]} from {url}")
+    gitops.clone_or_update_mirror(url, mirror, commit)
+    checkout = scratch / "git"
+    gitops.checkout_tree(mirror, commit, checkout)
+    _apply(DirTree(checkout), manifest, patches, reporter, package_root="")
+    pkg = checkout / PurePosixPath(manifest.upstream.package_root) if manifest.upstream.package_root else checkout
+    contents = read_wheel(build_wheel_from_tree(pkg, scratch / "dist", reporter))
+    _check_built_version(manifest, contents, f"{url}@{commit[:12]}")
+    return contents
+
+
+def patched_tree(root: Path, manifest: Manifest, patches: tuple[Patch, ...], *, offline: bool = False) -> MemoryTree:
+    """The pinned wheel's files with ``patches`` applied (wheel layout), in memory. Used by lint and review."""
+    path = fetch_artifact(root, manifest, manifest.upstream.primary, offline=offline)
+    if not manifest.upstream.primary.is_wheel:
+        raise UsageError(f"{manifest.name}: in-memory trees need a wheel pin, {path.name} is an sdist")
+    contents = read_wheel(path)
+    apply_series(contents.tree, patches, package_root=manifest.upstream.package_root)
+    return contents.tree

@@ -1,0 +1,51 @@
+"""overlay apply ENGINE: apply the series strictly and build the patched drop-in wheel (its path printed last)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from overlay.cli.main import resolve_root
+from overlay.cli.output import emit_json, reporter_for
+
+HELP = "apply the series strictly and build the patched wheel; prints the wheel path last"
+EXAMPLE = "overlay apply mlx-lm --upto 2"
+
+
+def configure_parser(sub: Any) -> None:
+    p = sub.add_parser("apply", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p.add_argument("--out", type=Path, help="folder for the wheel (default: build/wheels/ENGINE)")
+    p.add_argument("--upto", type=int, metavar="N", help="apply only the first N patches")
+    p.add_argument("--source", choices=("pypi", "git"), default="pypi",
+                   help="upstream tree: the pinned release artifact (default) or a git checkout at the pinned commit")
+    p.add_argument("--git-url", help="git URL or local path for --source git (default: upstream.git)")
+    p.add_argument("--commit", help="commit for --source git (default: upstream.commit)")
+    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from overlay.build import apply_engine
+
+    root = resolve_root(args)
+    result = apply_engine(
+        root=root,
+        engine=args.engine,
+        out_dir=args.out.resolve() if args.out else None,
+        upto=args.upto,
+        source=args.source,
+        git_url=args.git_url,
+        commit=args.commit,
+        offline=args.offline,
+        reporter=reporter_for(args),
+    )
+    if args.json:
+        emit_json({"version": 1, "wheel": str(result.wheel), "wheel_version": result.version,
+                   "patches": [p.name for p in result.patches], "provenance": result.provenance})
+    else:
+        print(result.wheel)
+    return 0

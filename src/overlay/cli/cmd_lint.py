@@ -1,0 +1,52 @@
+"""overlay lint [ENGINE]: trailers, series <-> folder consistency, every patch applies exactly."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from overlay.cli.main import resolve_root
+from overlay.cli.output import emit_json, reporter_for
+
+HELP = "check trailers, series <-> folder consistency, and that every patch applies exactly at the pin"
+EXAMPLE = "overlay lint mlx-lm"
+
+
+def configure_parser(sub: Any) -> None:
+    p = sub.add_parser("lint", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("engine", nargs="?", help="engine name (default: all engines)")
+    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    import sys
+
+    from overlay.lint import lint_engine
+    from overlay.manifest import engine_names, load_engine
+
+    root = resolve_root(args)
+    engines = [args.engine] if args.engine else engine_names(root)
+    if args.engine:
+        load_engine(root, args.engine)  # unknown engine -> exit 2 with the closest name
+    reports = [lint_engine(root, e, offline=args.offline, reporter=reporter_for(args)) for e in engines]
+    if args.json:
+        emit_json({"version": 1, "engines": [
+            {"engine": r.engine, "patches": r.patches, "ok": r.ok,
+             "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message, "tip": p.tip} for p in r.problems]}
+            for r in reports]})
+    else:
+        for r in reports:
+            if r.ok:
+                print(f"{r.engine}: ok ({r.patches} patches apply exactly)")
+            for p in r.problems:
+                where = f"{r.engine}/{p.patch}" if p.patch else r.engine
+                print(f"ERROR {where}: {p.message}", file=sys.stderr)
+                if p.tip:
+                    print(f"TIP {p.tip}", file=sys.stderr)
+    problems = [p for r in reports for p in r.problems]
+    if any(p.kind == "apply" for p in problems):
+        return 3
+    return 2 if problems else 0

@@ -1,0 +1,53 @@
+"""overlay list: engines, pinned upstream version, number of patches, last build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from overlay.cli.output import emit_json
+from overlay.cli.main import resolve_root
+from overlay.errors import OverlayError
+from overlay.manifest import engine_names, load_engine
+
+HELP = "list engines, their pinned upstream, patch count and last build"
+EXAMPLE = "overlay list --json"
+
+
+def configure_parser(sub: Any) -> None:
+    p = sub.add_parser("list", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from overlay.build import build_dir, load_engine_series
+
+    root = resolve_root(args)
+    rows = []
+    for name in engine_names(root):
+        manifest = load_engine(root, name)
+        try:
+            patches: int | str = len(load_engine_series(root, manifest).patches)
+        except OverlayError as exc:
+            patches = f"error: {exc.message}"
+        state_file = build_dir(root) / "state" / f"{name}.json"
+        last = json.loads(state_file.read_text()) if state_file.is_file() else None
+        rows.append({
+            "engine": name,
+            "distribution": manifest.distribution,
+            "upstream": manifest.upstream.version,
+            "commit": manifest.upstream.commit,
+            "patches": patches,
+            "last_build": None if last is None else {"wheel": last["wheel"], "version": last["wheel_version"]},
+        })
+    if args.json:
+        emit_json({"version": 1, "engines": rows})
+        return 0
+    print(f"{'engine':<12} {'upstream':<10} {'patches':>7}  last build")
+    for r in rows:
+        last = r["last_build"]["version"] if r["last_build"] else "-"
+        print(f"{r['engine']:<12} {r['upstream']:<10} {r['patches']!s:>7}  {last}")
+    return 0

@@ -1,0 +1,39 @@
+"""overlay provenance WHEEL|DISTNAME: the provenance of a built wheel or an installed distribution."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from overlay.cli.output import emit_json
+
+HELP = "print the provenance of a patched wheel file or of an installed distribution"
+EXAMPLE = "overlay provenance build/wheels/mlx-lm/mlx_lm-0.32.2+ovl.1.g1234abcd-py3-none-any.whl"
+
+
+def configure_parser(sub: Any) -> None:
+    p = sub.add_parser("provenance", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", help="a .whl file, or the name of an installed distribution")
+    p.add_argument("--path", action="append", metavar="DIR",
+                   help="look for the installed distribution in DIR (a site-packages folder) instead of sys.path")
+    p.add_argument("--json", action="store_true", help="print overlay.json as is")
+    p.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from overlay.provenance import read_from_installed, read_from_wheel, summary_lines
+
+    target = Path(args.target)
+    if args.target.endswith(".whl") or target.is_file():
+        prov = read_from_wheel(target)
+    else:
+        prov = read_from_installed(args.target, path=args.path)
+    if args.json:
+        emit_json(prov.data)
+    else:
+        print(f"# {prov.where}")
+        for line in summary_lines(prov):
+            print(line)
+    return 0

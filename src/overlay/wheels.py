@@ -1,0 +1,232 @@
+"""Read, rewrite and write wheels deterministically.
+
+Reading validates the archive (CRC, duplicate members, names that escape the tree, symlinks). Writing sorts members
+(the .dist-info folder last, RECORD last of all), uses fixed timestamps (SOURCE_DATE_EPOCH, clamped to 1980) and fixed
+permissions, and regenerates RECORD, so the same inputs give byte-identical wheels.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import stat
+import time
+import zipfile
+import zlib
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.tags import Tag
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from overlay.errors import IntegrityError
+from overlay.fsutil import atomic_write_bytes, safe_relpath
+from overlay.patching import MemoryTree
+
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class WheelName:
+    distribution: str  # as spelled in the file name (underscores)
+    version: Version
+    build: str
+    tags: str  # "py3-none-any"
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        name, version, build, _tags = parse_wheel_filename(filename)
+        parts = filename[: -len(".whl")].split("-")
+        return cls(
+            distribution=parts[0],
+            version=version,
+            build="-".join(str(b) for b in build) if build else "",
+            tags="-".join(parts[-3:]),
+        )
+
+    def filename(self, version: str | Version | None = None) -> str:
+        ver = str(version if version is not None else self.version).replace("-", "_")
+        mid = f"-{self.build}" if self.build else ""
+        return f"{self.distribution}-{ver}{mid}-{self.tags}.whl"
+
+
+@dataclass
+class WheelContents:
+    """An unpacked wheel: its files as a MemoryTree plus where its metadata lives."""
+
+    name: WheelName
+    tree: MemoryTree
+    dist_info: str  # "mlx_lm-0.32.2.dist-info"
+
+    @property
+    def metadata(self) -> bytes:
+        data = self.tree.read(f"{self.dist_info}/METADATA")
+        assert data is not None
+        return data
+
+    def metadata_field(self, key: str) -> str | None:
+        msg = HeaderParser().parsestr(self.metadata.decode("utf-8"))
+        value = msg.get(key)
+        return str(value) if value is not None else None
+
+
+def read_wheel(path: Path) -> WheelContents:
+    """Read and validate a wheel. IntegrityError (exit 5) for a corrupt, truncated or unsafe archive."""
+    try:
+        name = WheelName.parse(path.name)
+    except Exception as exc:  # packaging raises InvalidWheelFilename
+        raise IntegrityError(f"{path.name} is not a valid wheel file name: {exc}") from None
+    tree = MemoryTree()
+    try:
+        with zipfile.ZipFile(path) as zf:
+            seen: set[str] = set()
+            for info in zf.infolist():
+                member = info.filename
+                if member.endswith("/"):
+                    safe_relpath(member.rstrip("/"), what=f"{path.name}: archive member")
+                    continue
+                rel = str(safe_relpath(member, what=f"{path.name}: archive member"))
+                mode = (info.external_attr >> 16) & 0xFFFF
+                if stat.S_ISLNK(mode):
+                    raise IntegrityError(f"{path.name}: archive member {member!r} is a symlink; refusing it")
+                if rel in seen:
+                    raise IntegrityError(f"{path.name}: archive member {member!r} appears twice")
+                seen.add(rel)
+                data = zf.read(info)  # checks the CRC
+                tree.write(rel, data, executable=bool(mode & stat.S_IXUSR))
+    except zipfile.BadZipFile as exc:
+        raise IntegrityError(f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
+    except (zlib.error, EOFError) as exc:
+        raise IntegrityError(f"{path} is corrupt: {exc}", tip="delete it and fetch again") from None
+    dist_infos = sorted({f.split("/", 1)[0] for f in tree.files if f.split("/", 1)[0].endswith(".dist-info")})
+    expected = f"{name.distribution}-{name.version}.dist-info"
+    matching = [d for d in dist_infos if _same_dist_info(d, expected)]
+    if len(matching) != 1:
+        raise IntegrityError(f"{path.name}: expected one dist-info folder like {expected!r}, found {dist_infos}")
+    contents = WheelContents(name=name, tree=tree, dist_info=matching[0])
+    if tree.read(f"{contents.dist_info}/METADATA") is None or tree.read(f"{contents.dist_info}/WHEEL") is None:
+        raise IntegrityError(f"{path.name}: {contents.dist_info} lacks METADATA or WHEEL")
+    _check_wheel_tags(contents)
+    return contents
+
+
+def _same_dist_info(found: str, expected: str) -> bool:
+    f_name, _, f_ver = found[: -len(".dist-info")].rpartition("-")
+    e_name, _, e_ver = expected[: -len(".dist-info")].rpartition("-")
+    return canonicalize_name(f_name) == canonicalize_name(e_name) and Version(f_ver) == Version(e_ver)
+
+
+def _check_wheel_tags(contents: WheelContents) -> None:
+    data = contents.tree.read(f"{contents.dist_info}/WHEEL") or b""
+    msg = HeaderParser().parsestr(data.decode("utf-8"))
+    declared = {str(t) for t in msg.get_all("Tag") or []}
+    _n, _v, _b, tags = parse_wheel_filename(contents.name.filename())
+    in_name = {str(t) for t in tags}
+    if declared and declared != in_name:
+        raise IntegrityError(
+            f"{contents.name.filename()}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}"
+        )
+
+
+def set_version(contents: WheelContents, new_version: str) -> WheelContents:
+    """Return a copy with the distribution version changed: dist-info/.data renamed, METADATA rewritten."""
+    old = contents.name.version
+    dist = contents.dist_info[: -len(".dist-info")].rpartition("-")[0]
+    new_dist_info = f"{dist}-{new_version}.dist-info"
+    old_data = f"{dist}-{contents.dist_info[: -len('.dist-info')].rpartition('-')[2]}.data"
+    new_data = f"{dist}-{new_version}.data"
+    tree = MemoryTree()
+    for path, data in contents.tree.files.items():
+        top, sep, rest = path.partition("/")
+        if top == contents.dist_info:
+            path = f"{new_dist_info}/{rest}"
+        elif top == old_data:
+            path = f"{new_data}/{rest}"
+        tree.write(path, data, executable=contents.tree.is_executable(f"{top}{sep}{rest}"))
+    meta_path = f"{new_dist_info}/METADATA"
+    tree.write(meta_path, _rewrite_version(tree.files[meta_path], str(old), new_version))
+    name = WheelName(
+        distribution=contents.name.distribution,
+        version=Version(new_version),
+        build=contents.name.build,
+        tags=contents.name.tags,
+    )
+    return WheelContents(name=name, tree=tree, dist_info=new_dist_info)
+
+
+def _rewrite_version(metadata: bytes, old: str, new: str) -> bytes:
+    lines = metadata.split(b"\n")
+    for i, line in enumerate(lines):
+        if line == b"":
+            break  # end of headers; the description follows
+        if line.lower().startswith(b"version:"):
+            value = line.split(b":", 1)[1].strip().decode()
+            if Version(value) != Version(old):
+                raise IntegrityError(f"METADATA says Version: {value}, but the wheel file name says {old}")
+            lines[i] = b"Version: " + new.encode()
+            return b"\n".join(lines)
+    raise IntegrityError("METADATA has no Version: header")
+
+
+def record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
+    return f"sha256={digest}"
+
+
+def member_order(paths: list[str], dist_info: str) -> list[str]:
+    """Sorted, with the .dist-info folder last and its RECORD the very last member."""
+    record = f"{dist_info}/RECORD"
+    body = sorted(p for p in paths if not p.startswith(dist_info + "/"))
+    meta = sorted(p for p in paths if p.startswith(dist_info + "/") and p != record)
+    return body + meta + [record]
+
+
+def build_record(tree: MemoryTree, dist_info: str) -> bytes:
+    record = f"{dist_info}/RECORD"
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for path in member_order([p for p in tree.files if p != record], dist_info)[:-1]:
+        data = tree.files[path]
+        writer.writerow([path, record_hash(data), str(len(data))])
+    writer.writerow([record, "", ""])
+    return buf.getvalue().encode("utf-8")
+
+
+def zip_date_time() -> tuple[int, int, int, int, int, int]:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not epoch:
+        return _ZIP_EPOCH
+    try:
+        t = time.gmtime(max(int(epoch), 315532800))  # clamp to 1980-01-01
+    except ValueError:
+        return _ZIP_EPOCH
+    return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
+
+
+def write_wheel(contents: WheelContents, out_dir: Path, *, compresslevel: int = 6) -> Path:
+    """Write ``contents`` as ``out_dir/<name>.whl`` deterministically (RECORD regenerated), atomically."""
+    tree = contents.tree
+    tree.write(f"{contents.dist_info}/RECORD", build_record(tree, contents.dist_info))
+    order = member_order(list(tree.files), contents.dist_info)
+    date_time = zip_date_time()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as zf:
+        for path in order:
+            info = zipfile.ZipInfo(path, date_time=date_time)
+            info.create_system = 3
+            mode = 0o755 if tree.is_executable(path) else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, tree.files[path], compress_type=zipfile.ZIP_DEFLATED, compresslevel=compresslevel)
+    out = out_dir / contents.name.filename()
+    atomic_write_bytes(out, buf.getvalue())
+    return out
+
+
+def wheel_tag_objects(contents: WheelContents) -> frozenset[Tag]:
+    return parse_wheel_filename(contents.name.filename())[3]
