@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up and run the whole test suite on a fresh machine (README's second command; .ci/run calls this).
+#   - Debian packages the tests use: git, OpenBLAS (mlx on CPU), Chromium (HTML report tests).
+#   - a virtualenv at .venv with the project and its test extras;
+#   - pytest over tests/ (GPU-only tests are deselected; they run from scripts/device/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v git >/dev/null || need+=(git)
+[ -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 ] || [ "$(uname -m)" != x86_64 ] || need+=(libopenblas0-pthread)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
+
+python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+exec .venv/bin/pytest -m "not gpu" "$@"
