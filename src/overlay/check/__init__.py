@@ -1,0 +1,1 @@
+"""`overlay check`: stock vs patched engines, side by side."""

@@ -1,0 +1,54 @@
+"""ExLlamaV3 adapter: the engine needs CUDA for its extension. On a GPU machine it would run the tasks through the
+device scripts; on CPU, `check` runs the patch-level differential tests (stock vs patched on the same inputs, with the
+labelled stand-in extension) and says so in the report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from overlay.engines import Models, register
+from overlay.envs import Arm
+from overlay.errors import UsageError
+from overlay.progress import Reporter
+
+
+class ExLlamaV3Adapter:
+    engine = "exllamav3"
+
+    def unavailable(self, arm: Arm) -> str | None:
+        proc = arm.run(["-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"], timeout=300)
+        if proc.returncode == 0:
+            return None
+        return "ExLlamaV3 needs a CUDA device for its extension; none is visible here"
+
+    def tasks(self) -> tuple[str, ...]:
+        return ()
+
+    def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
+               target_kind: str | None = None, draft_kind: str | None = None) -> Models:
+        raise UsageError("exllamav3 models are EXL3 checkpoints built on a GPU machine (scripts/device/exllamav3_check.*)")
+
+    def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+        raise UsageError("exllamav3 tasks run on a GPU machine: see scripts/device/")
+
+    def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
+        return run_patch_tests(root, "exllamav3", reporter)
+
+
+def run_patch_tests(root: Path, engine: str, reporter: Reporter) -> dict[str, Any]:
+    """Run tests/engines/<engine>/ (the per-patch stock-vs-patched tests) and summarise the outcome."""
+    folder = root / "tests" / "engines" / engine.replace("-", "_")
+    if not folder.is_dir():
+        return {"ran": False, "reason": f"{folder} does not exist"}
+    reporter.step("check", f"{engine}: running the patch-level differential tests in {folder.relative_to(root)}")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder)],
+                          cwd=root, capture_output=True, text=True)
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return {"ran": True, "command": f"pytest -q {folder.relative_to(root)}", "exit_code": proc.returncode,
+            "summary": tail, "passed": proc.returncode == 0}
+
+
+register("exllamav3")(ExLlamaV3Adapter)

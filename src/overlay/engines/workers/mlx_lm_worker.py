@@ -1,0 +1,145 @@
+"""Runs inside an mlx-lm arm (stock or patched venv) for `overlay check`. Not imported by overlay itself.
+
+Protocol: one JSON request on stdin, one JSON document on stdout. Uses only mlx-lm's public API, so the same script
+measures the stock and the patched engine. Tasks: tokenize, greedy, logits, speed, spec, cold.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+T_START = time.time()
+
+import numpy as np  # noqa: E402
+
+
+def _load(path: str):
+    from mlx_lm import load
+
+    return load(path)
+
+
+def _argmax_sampler(mx):
+    return lambda logprobs: mx.argmax(logprobs, axis=-1)
+
+
+def task_tokenize(req: dict) -> dict:
+    _model, tok = _load(req["model"])
+    return {"ids": [tok.encode(p) for p in req["prompts"]], "vocab_size": len(tok.get_vocab())}
+
+
+def task_greedy(req: dict) -> dict:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    model, _tok = _load(req["model"])
+    outputs, margins, files = [], [], []
+    for i, ids in enumerate(req["prompts"]):
+        toks, marg, rows = [], [], []
+        for tok, logprobs in generate_step(mx.array(ids), model, max_tokens=req["max_tokens"],
+                                           sampler=_argmax_sampler(mx)):
+            lp = np.array(logprobs.astype(mx.float32))
+            top2 = np.partition(lp, -2)[-2:]
+            toks.append(int(tok))
+            marg.append(float(top2.max() - top2.min()))
+            rows.append(lp)
+        outputs.append(toks)
+        margins.append(marg)
+        if req.get("out"):
+            path = f"{req['out']}/greedy_{i}.npy"
+            np.save(path, np.stack(rows).astype(np.float32))
+            files.append(path)
+    return {"outputs": outputs, "margins": margins, "files": files}
+
+
+def task_logits(req: dict) -> dict:
+    import mlx.core as mx
+
+    model, _tok = _load(req["model"])
+    files = []
+    for i, ids in enumerate(req["sequences"]):
+        logits = model(mx.array(ids[:-1])[None])[0].astype(mx.float32)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        path = f"{req['out']}/logits_{i}.npy"
+        np.save(path, np.array(logprobs))
+        files.append(path)
+    return {"files": files}
+
+
+def task_speed(req: dict) -> dict:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    model, _tok = _load(req["model"])
+    prompt = mx.array(req["prompt"])
+    n = req["decode_tokens"]
+
+    def run() -> tuple[float, float, float]:
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        t_first = None
+        c_first = 0.0
+        count = 0
+        for _tok, _lp in generate_step(prompt, model, max_tokens=n, sampler=_argmax_sampler(mx)):
+            count += 1
+            if t_first is None:
+                t_first = time.perf_counter()
+                c_first = time.process_time()
+        t_end = time.perf_counter()
+        c_end = time.process_time()
+        assert t_first is not None
+        return (len(req["prompt"]) / (t_first - t0), (count - 1) / max(t_end - t_first, 1e-9),
+                (count - 1) / max(c_end - c_first, 1e-9))
+
+    run()  # warm-up: compilation, caches
+    samples = [run() for _ in range(req.get("inner_reps", 3))]
+    med = [float(np.median([s[i] for s in samples])) for i in range(3)]
+    return {"prefill_tok_s": med[0], "decode_tok_s": med[1], "decode_cpu_tok_s": med[2]}
+
+
+def task_spec(req: dict) -> dict:
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    model, tok = _load(req["model"])
+    draft, _ = _load(req["draft"])
+    results = []
+    for ids in req["prompts"]:
+        tokens, flags = [], []
+        stats = None
+        for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
+                                    num_draft_tokens=req["k"], sampler=_argmax_sampler(mx)):
+            tokens.append(int(resp.token))
+            flags.append(bool(getattr(resp, "from_draft", False)))
+            stats = getattr(resp, "spec_stats", None) or stats
+        results.append({"tokens": tokens, "from_draft": flags,
+                        "stats": stats if isinstance(stats, dict) else None})
+    return {"results": results}
+
+
+def task_cold(req: dict) -> dict:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    t_import = time.time()
+    model, _tok = _load(req["model"])
+    t_loaded = time.time()
+    for _tok_, _lp in generate_step(mx.array(req["prompt"]), model, max_tokens=1, sampler=_argmax_sampler(mx)):
+        break
+    return {"t_start": T_START, "t_import": t_import, "t_loaded": t_loaded, "t_first_token": time.time()}
+
+
+TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}
+
+
+def main() -> None:
+    req = json.loads(sys.stdin.read())
+    result = TASKS[req["task"]](req)
+    result["engine_version"] = __import__("mlx_lm").__version__
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
