@@ -126,3 +126,10 @@ def test_git_source_gives_the_same_package_files(world2: World, cli, tmp_path: P
     prov = json.loads(next(v for k, v in g.items() if k.endswith("overlay.json")))
     assert prov["source"]["kind"] == "git" and prov["source"]["commit"] == world2.base_commit
     assert prov["series"] == json.loads(next(v for k, v in a.items() if k.endswith("overlay.json")))["series"]
+
+
+def test_artifact_selection(world2: World, cli, tmp_path: Path) -> None:
+    r = cli("--root", str(world2.root), "apply", "demo", "--artifact", "demo_engine-1.2.0-cp312-cp312-linux_x86_64.whl")
+    assert r.code == 2 and "is not pinned" in r.err and "demo_engine-1.2.0-py3-none-any.whl" in r.err
+    ok = cli("--root", str(world2.root), "-q", "apply", "demo", "--artifact", world2.wheel.name, "--out", str(tmp_path))
+    assert ok.code == 0 and Path(ok.out.strip()).parent == tmp_path
