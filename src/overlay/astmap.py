@@ -129,14 +129,17 @@ def hunk_symbols(syms: list[Symbol], hunk: Hunk) -> tuple[tuple[str, ...], int]:
             return MODULE
         return max(candidates, key=lambda s: (s.start, -s.end)).qualname
 
+    replacing = False  # '+' lines right after '-' lines replace them: they belong where the removed lines were
     for line in hunk.lines:
         if line.op == "+":
-            pending_insert.append(line.text)
+            if not replacing:
+                pending_insert.append(line.text)
             first = first or max(pos - 1, 1)
             continue
         if pending_insert:
             found.append(insertion(pos - 1, pending_insert))
             pending_insert = []
+        replacing = line.op == "-"
         if line.op == "-":
             sym = innermost(syms, pos)
             found.append(sym.qualname if sym else MODULE)

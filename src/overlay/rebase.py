@@ -43,7 +43,7 @@ from overlay.fsutil import (
 from overlay.manifest import Artifact, Manifest, load_engine, load_manifest
 from overlay.progress import NullReporter, Reporter
 from overlay.releases import check_version, manifest_at, resolve_release, wheel_tree
-from overlay.replay import CLASSES, Outcome, Workspace, classify, discard_attempt, prepare, resolve_stopped
+from overlay.replay import CLASSES, Outcome, Workspace, classify, prepare, replay_all, resolve_stopped
 from overlay.series import Patch, parse_patch_bytes
 from overlay.stack import base_message, default_worktree, export_patches, read_state
 from overlay.tomledit import Edit, apply_edits
@@ -177,21 +177,6 @@ def rebase(
     }
     _save_state(sdir, state)
     return _drive(root, manifest, state, ws, series.patches, reporter, t0)
-
-
-def replay_all(ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, reporter: Reporter | None = None) -> list[Outcome]:
-    """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on."""
-    reporter = reporter or NullReporter()
-    outcomes: list[Outcome] = []
-    for i, patch in enumerate(patches):
-        out = classify(ws, i, patch, reporter=reporter)
-        reporter.step("rebase", f"[{i + 1}/{len(patches)}] {patch.name}: {out.cls}")
-        outcomes.append(out)
-        if not out.resolved:
-            if stop:
-                break
-            discard_attempt(ws.repo)
-    return outcomes
 
 
 def _drive(

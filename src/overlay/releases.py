@@ -97,6 +97,8 @@ def resolve_release(
     if Version(version) == Version(manifest.upstream.version) and url is None:
         chosen = [a for a in pinned if not primary_only or a == manifest.upstream.primary]
         got = tuple(fetch_artifact(root, manifest, a, offline=offline, reporter=reporter) for a in chosen)
+        for a in chosen:
+            _remember(root, manifest, a)
         return Release(version=manifest.upstream.version, artifacts=tuple(chosen), paths=got, pinned=True)
     target = manifest_at(manifest, version)
     artifacts: list[Artifact] = []
@@ -105,14 +107,7 @@ def resolve_release(
         is_primary = old == manifest.upstream.primary
         if primary_only and not is_primary:
             continue
-        direct = url if is_primary else None
-        if old.url and direct is None:
-            raise UsageError(
-                f"{manifest.path.name} takes {old.filename} from a direct url ({old.url}); the package index cannot "
-                f"say where {manifest.distribution} {version}'s counterpart is",
-                tip="pass --url URL for the new release's artifact",
-            )
-        artifact, path = _resolve_one(root, target, old, direct, offline=offline, reporter=reporter)
+        artifact, path = _resolve_one(root, target, old, url if is_primary else None, offline=offline, reporter=reporter)
         artifacts.append(artifact)
         paths.append(path)
     return Release(version=version, artifacts=tuple(artifacts), paths=tuple(paths), pinned=False)
@@ -122,33 +117,50 @@ def _record_path(root: Path, manifest: Manifest) -> Path:
     return cache_dir(root) / "releases" / canonicalize_name(manifest.distribution) / f"{manifest.upstream.version}.json"
 
 
-def _selection_key(old: Artifact, url: str | None) -> str:
-    if url:
-        return f"url:{url}"
+def _selection_key(old: Artifact) -> str:
     if old.is_wheel:
         _n, _v, _b, tags = parse_wheel_filename(old.filename)
         return "wheel:" + ".".join(sorted(str(t) for t in tags))
     return "sdist"
 
 
+def _records(path: Path) -> dict[str, dict[str, str]]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())["artifacts"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(root: Path, manifest: Manifest, artifact: Artifact) -> None:
+    """Record which file is ``manifest``'s version for the pin's selection (kept after the pin moves on)."""
+    path = _record_path(root, manifest)
+    records = _records(path)
+    entry = {"filename": artifact.filename, "sha256": artifact.sha256, **({"url": artifact.url} if artifact.url else {})}
+    key = _selection_key(artifact)
+    if records.get(key) != entry:
+        records[key] = entry
+        atomic_write_json(path, {"version": 1, "artifacts": records})
+
+
 def _resolve_one(
     root: Path, target: Manifest, old: Artifact, url: str | None, *, offline: bool, reporter: Reporter
 ) -> tuple[Artifact, Path]:
-    record_path = _record_path(root, target)
-    key = _selection_key(old, url)
-    records: dict[str, dict[str, str]] = {}
-    if record_path.is_file():
-        try:
-            records = json.loads(record_path.read_text())["artifacts"]
-        except (ValueError, KeyError, TypeError):
-            records = {}
-    known = records.get(key)
-    if known:
-        artifact = Artifact(filename=known["filename"], sha256=known["sha256"], url=url)
+    known = _records(_record_path(root, target)).get(_selection_key(old))
+    if known and (url is None or known.get("url") == url):
+        artifact = Artifact(filename=known["filename"], sha256=known["sha256"], url=known.get("url"))
         path = cached_path(root, artifact)
         if path.is_file() and sha256_file(path) == artifact.sha256:
             reporter.step("fetch", f"{artifact.filename}: cached (sha256 {artifact.sha256[:16]}...)")
             return artifact, path
+    if old.url and url is None:
+        raise UsageError(
+            f"{target.path.name} takes {old.filename} from a direct url ({old.url}); the package index cannot say "
+            f"where {target.distribution} {target.upstream.version}'s counterpart is",
+            tip="pass --url URL for that release's artifact",
+        )
     if offline:
         raise UsageError(
             f"{target.distribution} {target.upstream.version} is not in the cache and --offline was given",
@@ -168,8 +180,7 @@ def _resolve_one(
         dest = cached_path(root, artifact)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(got, dest)
-    records[key] = {"filename": artifact.filename, "sha256": sha}
-    atomic_write_json(record_path, {"version": 1, "artifacts": records})
+    _remember(root, target, artifact)
     reporter.step("fetch", f"{artifact.filename}: sha256 {sha} ({dest.stat().st_size} bytes)")
     return artifact, dest
 

@@ -283,6 +283,21 @@ def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | No
         base, cls="merged", commit=commit, detail=f"3-way merge resolved it ({len(staged)} file{'s' * (len(staged) != 1)})"))
 
 
+def replay_all(ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, reporter: Reporter | None = None) -> list[Outcome]:
+    """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on."""
+    reporter = reporter or NullReporter()
+    outcomes: list[Outcome] = []
+    for i, patch in enumerate(patches):
+        out = classify(ws, i, patch, reporter=reporter)
+        reporter.step("rebase", f"[{i + 1}/{len(patches)}] {patch.name}: {out.cls}")
+        outcomes.append(out)
+        if not out.resolved:
+            if stop:
+                break
+            discard_attempt(ws.repo)
+    return outcomes
+
+
 def _cherry_pick(repo: Path, commit: str) -> tuple[bool, tuple[str, ...]]:
     proc = gitops.run(["cherry-pick", "--no-commit", commit], cwd=repo, check=False)
     unmerged = tuple(sorted({p for p in gitops.out(["diff", "--name-only", "--diff-filter=U"], cwd=repo).split("\n") if p}))
