@@ -137,6 +137,7 @@ PKG = "python/demo_pkg/"
 
 # (file, old, new, subject) of one patch per class, written against 1.2.0
 PATCHES = {
+    "util": ("util.py", "return 2 * x", "return x + x", "util: double by addition"),
     "clean": ("engine.py", "a = x + 1", "a = 1 + x", "engine: clean_target adds the other way round"),
     "offset": ("engine.py", "c = b - 1", "c = b - 2", "engine: offset_target subtracts two"),
     "merged": ("engine.py", "e = d * d", "e = d ** 2", "engine: merged_target squares with pow"),

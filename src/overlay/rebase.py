@@ -81,7 +81,9 @@ class RebaseResult:
 
     @property
     def stopped(self) -> Outcome | None:
-        return self.outcomes[-1] if self.outcomes and not self.outcomes[-1].resolved else None
+        if self.status != "stopped" or not self.outcomes or self.outcomes[-1].resolved:
+            return None
+        return self.outcomes[-1]
 
     def counts(self) -> dict[str, int]:
         return {c: sum(1 for o in self.outcomes if o.cls == c) for c in CLASSES}
@@ -504,7 +506,9 @@ def _checkout_guard(root: Path, engine: str) -> None:
         return
     tip = (f"`overlay refresh {engine}` first (or discard the work), or pass --force to rebase the series as it is in "
            f"patches/{engine} (the worktree stays on the old base)")
-    dirty = gitops.is_dirty(wt)
+    # --no-optional-locks: looking must not rewrite the worktree's index (abort promises a byte-identical worktree)
+    status_out = gitops.run(["--no-optional-locks", "status", "--porcelain=v1", "--untracked-files=all"], cwd=wt).stdout
+    dirty = [line[3:] for line in status_out.decode("utf-8", "replace").splitlines() if line.strip()]
     if dirty:
         raise UsageError(f"{wt} has uncommitted changes ({', '.join(dirty[:3])}{' ...' if len(dirty) > 3 else ''})", tip=tip)
     try:

@@ -98,7 +98,7 @@ class PatchReview:
 @dataclass(frozen=True)
 class Duplicate:
     patch: str
-    evidence: Literal["reverse-applies", "ast-equivalent", "added-lines"]
+    evidence: Literal["reverse-applies", "ast-equivalent", "added-lines", "empty-merge"]
     detail: str
 
 
@@ -223,7 +223,10 @@ def review(
                            for o, c in ((o, o.commit) for o in outcomes if o.commit) if c]
             mapping = {o.name: o.name for o in outcomes if o.commit}
         else:
-            mapping = _rebase_mapping(root, engine, a, b)
+            recorded = _rebase_record(root, engine, a, b) if old is not None else None
+            if recorded is not None:
+                outcomes = recorded
+                mapping = {o.name: o.new_name for o in recorded if o.new_name}
             new_commits, new_patches = [], list(new.patches)
             for patch in new.patches:
                 try:
@@ -247,14 +250,13 @@ def review(
     return result
 
 
-def _rebase_mapping(root: Path, engine: str, a: str, b: str) -> dict[str, str] | None:
-    """old patch name -> new patch name, from the report of the rebase a -> b (when it is kept)."""
+def _rebase_record(root: Path, engine: str, a: str, b: str) -> list[Outcome] | None:
+    """The outcomes of the rebase a -> b, from the report ``overlay rebase`` kept (None when there is none)."""
     path = history_dir(root, engine) / f"{a}-to-{b}" / "report.json"
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-        return {p["name"]: p["new_name"] for p in data["patches"] if p.get("new_name")}
+        return [Outcome.from_json(p) for p in json.loads(path.read_text())["patches"] if p.get("class")]
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -422,9 +424,6 @@ def _duplicates(
             continue
         except PatchError:
             pass
-        if o is not None and o.cls == "upstreamed":
-            out.append(Duplicate(patch.name, "reverse-applies", o.detail))
-            continue
         # 2. B's version of a symbol we patch has our patched version's AST
         post_paths = [fd.new_path for fd in patch.files if fd.new_path]
         post = _reader(repo, commit, post_paths)
@@ -452,6 +451,8 @@ def _duplicates(
         added = [line.text for fd in patch.files for h in fd.hunks for line in h.lines if line.op == "+"
                  and _meaningful(line.text)]
         if not added:
+            if o is not None and o.cls == "upstreamed":
+                out.append(Duplicate(patch.name, "empty-merge", o.detail))
             continue
         hits = 0
         for fd in patch.files:
@@ -463,6 +464,10 @@ def _duplicates(
         if hits / len(added) >= 0.8:
             out.append(Duplicate(patch.name, "added-lines",
                                  f"{hits} of the {len(added)} lines the patch adds are new in {b}'s files"))
+            continue
+        # 4. the replayed rebase found the 3-way merge empty
+        if o is not None and o.cls == "upstreamed":
+            out.append(Duplicate(patch.name, "empty-merge", o.detail))
     return out
 
 

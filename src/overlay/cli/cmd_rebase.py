@@ -79,7 +79,7 @@ def print_table(result: Any) -> None:
     print(f"{'patch':<{width}}  {'class':<10}  {'result':<9}  detail")
     for o in result.outcomes:
         if o.resolution == "pending":
-            res = "STOPPED"
+            res = "STOPPED" if result.status == "stopped" else "would stop"
         elif o.commit is None:
             res = o.resolution if o.resolution in ("skipped", "dropped") else "dropped"
         elif o.new_name and o.new_name != o.name:
