@@ -5,15 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import World, git
 
 from overlay.manifest import load_engine
 from overlay.series import load_series
+from rebase_support import PKG, add_patches, make_rebase_world, make_release
+from support import World, git
 
 
 @pytest.fixture
@@ -93,7 +92,7 @@ def test_rebase_classifies_and_publishes(rworld: World, cli) -> None:
 def _resolve_conflict(repo: Path, path: str, replacement: str) -> None:
     target = repo / path
     text = target.read_text()
-    new, n = re.subn(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", replacement, text, flags=re.S)
+    new, n = re.subn(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", replacement, text, flags=re.DOTALL)
     assert n == 1
     target.write_text(new)
 
@@ -233,5 +232,3 @@ def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
     assert cli(*root, "rebase", "demo", "--continue").code == 0
     patch = (rworld.series_dir / "0001-engine-conflict_target-adds-twelve.patch").read_text()
     assert "+    f = x + 13" in patch and "my own message" not in patch  # the patch keeps its message
-    log = subprocess.run(["git", "status"], cwd=rworld.root, capture_output=True)  # the overlay root is no git repo
-    assert log.returncode != 0

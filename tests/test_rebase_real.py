@@ -58,7 +58,7 @@ def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli) -> None:
     target = repo / "mlx_lm" / "sample_utils.py"
     text, n = re.subn(r"<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?>>>>>>> [^\n]*\n",
                       lambda m: "    if top_p >= 1.0:\n        return logprobs  # nothing to filter\n" + m.group(1),
-                      target.read_text(), flags=re.S)
+                      target.read_text(), flags=re.DOTALL)
     assert n == 1
     target.write_text(text)
     r = cli(*root, "rebase", "mlx-lm", "--continue")

@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, World
 
 from overlay.cli.main import main
+from rebase_support import PKG, add_patches, make_rebase_world, make_release
+from support import GIT_ENV, World
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = PKG + "engine.py"
@@ -158,7 +158,8 @@ def test_html_report_renders_in_headless_chromium(reviewed: tuple[World, dict, P
     shot.unlink(missing_ok=True)
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=False)
     assert dom.returncode == 0, dom.stderr[-2000:]
     page = dom.stdout
     for p in data["patches"]:
@@ -167,7 +168,7 @@ def test_html_report_renders_in_headless_chromium(reviewed: tuple[World, dict, P
         assert sym in page
     assert "rewritten" in page and "renamed" in page and 'class="sbs"' in page
     snap = subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1400,2000", html.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert snap.returncode == 0, snap.stderr[-2000:]
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
