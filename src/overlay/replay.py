@@ -29,11 +29,11 @@ from typing import Any, Literal
 from overlay import gitops
 from overlay.astmap import HunkMove, hunk_moves
 from overlay.errors import ConflictError, ExternalCommandError, PatchError
-from overlay.patching import MemoryTree, apply_patch
+from overlay.patching import DirTree, MemoryTree, apply_patch
 from overlay.progress import NullReporter, Reporter
 from overlay.relocate import HunkPlacement, relocate_patch, reverse_patch
 from overlay.series import Patch, parse_patch_bytes
-from overlay.stack import FORMAT_PATCH_ARGS, commit_as_patch, commit_patch
+from overlay.stack import FORMAT_PATCH_ARGS, commit_as_patch
 
 PatchClass = Literal["clean", "offset", "merged", "conflict", "upstreamed", "obsolete"]
 CLASSES: tuple[PatchClass, ...] = ("clean", "offset", "merged", "conflict", "upstreamed", "obsolete")
@@ -203,12 +203,24 @@ def read_blobs(repo: Path, specs: Sequence[str]) -> list[bytes | None]:
     return out
 
 
+def commit_patch(repo: Path, patch: Patch) -> str:
+    """Apply ``patch`` strictly to the work tree, stage only the paths it touches, commit it as the patch."""
+    apply_patch(DirTree(repo), patch)
+    gitops.run(["add", "-A", "-f", "--", *patch.paths], cwd=repo)
+    return commit_as_patch(repo, patch)
+
+
 def commit_patch_bytes(repo: Path, commit: str) -> bytes:
     return gitops.run([*FORMAT_PATCH_ARGS, "-1", "--stdout", commit], cwd=repo).stdout
 
 
-def commit_diff(repo: Path, commit: str) -> bytes:
-    return gitops.run(["diff-tree", "-p", "-M", "--full-index", "--no-commit-id", commit], cwd=repo).stdout
+def same_diff(repo: Path, a: str, b: str) -> bool:
+    """Whether two commits make byte-identical changes (same paths, same blobs before and after)."""
+    out = gitops.run(["diff-tree", "--stdin", "-p", "-M", "--full-index"], cwd=repo, input=f"{a}\n{b}\n".encode()).stdout
+    head_b = out.find(b"\n" + b.encode() + b"\n")
+    if not out.startswith(a.encode() + b"\n") or head_b < 0:
+        raise ExternalCommandError(f"git diff-tree --stdin gave unexpected output for {a[:12]} {b[:12]}")
+    return out[len(a) + 1 : head_b + 1] == out[head_b + len(b) + 2 :]
 
 
 def _touched_tree(repo: Path, rev: str, patch: Patch) -> MemoryTree:
@@ -327,7 +339,7 @@ def _finish(ws: Workspace, patch: Patch, outcome: Outcome) -> Outcome:
     """Fill in what only the committed result tells: identical diff (keep the file), hunks that changed symbol."""
     assert outcome.commit is not None
     repo = ws.repo
-    if commit_diff(repo, outcome.old_commit) == commit_diff(repo, outcome.commit):
+    if same_diff(repo, outcome.old_commit, outcome.commit):
         return dataclasses.replace(outcome, kept_bytes=True)
     new_patch = parse_patch_bytes(commit_patch_bytes(repo, outcome.commit), name=patch.name)
     moves = location_check(repo, patch, outcome.old_commit, new_patch, outcome.commit,

@@ -50,6 +50,7 @@ from overlay.relocate import relocate_patch, reverse_patch
 from overlay.replay import (
     Outcome,
     Workspace,
+    commit_patch,
     commit_patch_bytes,
     location_check,
     prepare,
@@ -57,7 +58,7 @@ from overlay.replay import (
     replay_all,
 )
 from overlay.series import Patch, Series, load_series, parse_patch_bytes
-from overlay.stack import base_message, commit_patch
+from overlay.stack import base_message
 
 RangeKind = Literal["identical", "context-only", "changed", "dropped", "added"]
 
