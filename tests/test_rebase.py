@@ -232,3 +232,38 @@ def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
     assert cli(*root, "rebase", "demo", "--continue").code == 0
     patch = (rworld.series_dir / "0001-engine-conflict_target-adds-twelve.patch").read_text()
     assert "+    f = x + 13" in patch and "my own message" not in patch  # the patch keeps its message
+
+
+def test_continue_after_an_interrupted_run(rworld: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    import overlay.rebase as rb
+
+    add_patches(rworld, ["util", "clean"])
+    release = make_release(rworld)
+    real = rb.classify
+    interrupted: list[int] = []
+
+    def interrupt_once(ws, index, patch, **kw):  # type: ignore[no-untyped-def]
+        if index == 1 and not interrupted:
+            interrupted.append(index)
+            (ws.repo / PKG / "engine.py").write_text("half-made\n")
+            raise KeyboardInterrupt
+        return real(ws, index, patch, **kw)
+
+    monkeypatch.setattr(rb, "classify", interrupt_once)
+    root = ["--root", str(rworld.root)]
+    assert cli(*root, "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri()).code == 130
+    r = cli(*root, "rebase", "demo", "--skip")
+    assert r.code == 2 and "nothing to skip" in r.err
+    r = cli(*root, "rebase", "demo", "--continue")
+    assert r.code == 0, r.err
+    assert [c for c, _r in classes(rworld.root / "build" / "reports" / "demo-rebase.json").values()] == ["clean", "clean"]
+    assert cli(*root, "lint", "demo").code == 0
+
+
+def test_an_empty_series_moves_the_pin_only(rworld: World, cli) -> None:
+    release = make_release(rworld)
+    r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
+    assert r.code == 0, r.err
+    assert (rworld.series_dir / "series").read_text() == "# base: demo 1.3.0 -\n"
+    assert load_engine(rworld.root, "demo").upstream.version == "1.3.0"
+    assert not (rworld.series_dir / "DROPPED").exists()

@@ -193,3 +193,16 @@ def test_refresh_refuses_a_base_that_is_not_the_pinned_tree(world2: World, cli) 
     world2.write_manifest(url=other.as_uri(), sha256=__import__("hashlib").sha256(other.read_bytes()).hexdigest())
     r = cli("--root", str(world2.root), "refresh", "demo")
     assert r.code == 2 and "does not hold the pinned artifact's tree" in r.err and "--force" in r.err
+
+
+def test_check_hunk_locations_in_memory() -> None:
+    from overlay.astmap import check_hunk_locations
+
+    body = "    p = 0\n    q = 0\n    r = 0\n    x = 1\n    s = 0\n    t = 0\n    u = 0\n"
+    base = f"def a():\n{body}    return x\n\n\ndef b():\n    return 0\n"
+    patch = parse_patch_bytes(make_patch(base, base.replace("    x = 1\n", "    x = 2\n")), name="0001-x.patch")
+    assert check_hunk_locations({"f.py": base.encode()}, {"f.py": base.encode()}, [patch]) == []
+    # upstream dropped a(), and b() now holds the same lines: with an offset the hunk lands in b()
+    target = f"import os\n\n\ndef b():\n{body}    return 0\n"
+    moves = check_hunk_locations({"f.py": base.encode()}, {"f.py": target.encode()}, [patch])
+    assert [(name, m.before, m.after) for name, m in moves] == [("0001-x.patch", ("a",), ("b",))]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -461,3 +461,28 @@ def ast_equal(a: str, b: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return ast.dump(ta) == ast.dump(tb)
+
+
+def check_hunk_locations(
+    base: Mapping[str, bytes], target: Mapping[str, bytes], patches: Sequence[Patch], *, package_root: str = ""
+) -> list[tuple[str, HunkMove]]:
+    """The hunk-location check in memory (no git), for ``lint`` or any caller holding two trees.
+
+    Each patch is applied in order, exactly, to ``base`` (the pinned tree, wheel layout) and, allowing offsets but never
+    fuzz, to ``target`` (another tree: a new release, an edited pin). Returns ``(patch name, move)`` for every hunk
+    whose enclosing function or class in ``target`` differs from the one at ``base``. A patch that does not apply to
+    ``target`` even with offsets raises PatchError naming it (that is ``rebase``'s business, not this check's).
+    """
+    from overlay.patching import MemoryTree, apply_patch, map_path
+    from overlay.relocate import relocate_patch
+
+    before, after = MemoryTree(dict(base)), MemoryTree(dict(target))
+    out: list[tuple[str, HunkMove]] = []
+    for patch in patches:
+        moved, _placements = relocate_patch(after, patch, package_root=package_root)
+        snap_before = {p: before.read(map_path(p, package_root, patch=patch)) for p in patch.paths}
+        snap_after = {p: after.read(map_path(p, package_root, patch=patch)) for p in patch.paths}
+        out += [(patch.name, m) for m in hunk_moves(patch, snap_before.get, moved, snap_after.get)]
+        apply_patch(before, patch, package_root=package_root)
+        apply_patch(after, moved, package_root=package_root)
+    return out

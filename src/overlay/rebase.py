@@ -43,7 +43,16 @@ from overlay.fsutil import (
 from overlay.manifest import Artifact, Manifest, load_engine, load_manifest
 from overlay.progress import NullReporter, Reporter
 from overlay.releases import check_version, manifest_at, resolve_release, wheel_tree
-from overlay.replay import CLASSES, Outcome, Workspace, classify, prepare, replay_all, resolve_stopped
+from overlay.replay import (
+    CLASSES,
+    Outcome,
+    Workspace,
+    classify,
+    discard_attempt,
+    prepare,
+    replay_all,
+    resolve_stopped,
+)
 from overlay.series import Patch, parse_patch_bytes
 from overlay.stack import base_message, default_worktree, export_patches, read_state
 from overlay.tomledit import Edit, apply_edits
@@ -221,9 +230,15 @@ def resume(*, root: Path, engine: str, skip: bool = False, reporter: Reporter | 
     patches = _old_patches(root, manifest, state)
     outcomes = [Outcome.from_json(o) for o in state["outcomes"]]
     if not outcomes or outcomes[-1].resolved:
-        if len(outcomes) == len(patches):  # interrupted right before publishing
+        # not stopped on a patch: a run was interrupted; drop its unrecorded attempt and go on from the record
+        if skip:
+            raise UsageError(f"the rebase of {engine} is not stopped on a patch; nothing to skip",
+                             tip=f"`overlay rebase {engine} --continue` goes on, --abort gives up")
+        discard_attempt(ws.repo)
+        gitops.run(["reset", "-q", "--hard", state["head"]], cwd=ws.repo)
+        if len(outcomes) == len(patches):
             return _publish(root, manifest, state, ws, patches, outcomes, reporter)
-        raise UsageError(f"the rebase of {engine} is not stopped on a patch", tip="run --continue again or --abort")
+        return _drive(root, manifest, state, ws, patches, reporter, t0)
     stopped = outcomes[-1]
     index = len(outcomes) - 1
     resolved = resolve_stopped(ws, patches[index], stopped, state["head"], skip=skip, engine=engine)
