@@ -267,3 +267,18 @@ def test_an_empty_series_moves_the_pin_only(rworld: World, cli) -> None:
     assert (rworld.series_dir / "series").read_text() == "# base: demo 1.3.0 -\n"
     assert load_engine(rworld.root, "demo").upstream.version == "1.3.0"
     assert not (rworld.series_dir / "DROPPED").exists()
+
+
+def test_lint_against_another_release(rworld: World, cli) -> None:
+    add_patches(rworld, ["util", "offset"])
+    release = make_release(rworld)
+    root = ["--root", str(rworld.root)]
+    # the release is found once (the pin is a direct url), then remembered in build/cache/releases
+    assert cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--dry-run").code == 0
+    r = cli(*root, "lint", "demo", "--against", "1.3.0")
+    assert r.code == 0, r.err
+    assert "every hunk lands in the same symbol at 1.3.0" in r.out
+    add_patches(rworld, ["run"])  # on top of the two: its context holds the def line upstream renamed
+    r = cli(*root, "lint", "demo", "--against", "1.3.0")
+    assert r.code == 3 and "against 1.3.0: patch 0003-engine-run-accumulates-explicitly.patch" in r.err
+    assert "matches nowhere" in r.err and "--dry-run" in r.err
