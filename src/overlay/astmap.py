@@ -242,6 +242,8 @@ class SymbolChange:
     removed: int = 0
     signature: tuple[str, str] | None = None  # (old, new) when the def/class line changed
     note: str = ""
+    old_line: int = 1  # first line of old_source / new_source in their files
+    new_line: int = 1
 
     @property
     def flagged(self) -> bool:
@@ -364,21 +366,22 @@ def compare_symbol(
             return SymbolChange(path=path, qualname=qualname, kind=None, status="added-by-series")
         return SymbolChange(path=path, qualname=qualname, kind=twin.kind, status="added-by-series", new_path=target,
                             new_qualname=qualname, note=f"upstream now has a {qualname} in {target} too",
-                            new_source=source_of(twin_mod[0], twin))
+                            new_source=source_of(twin_mod[0], twin), new_line=twin.start)
     old_src = source_of(old_mod[0], old_sym)
-    base: dict[str, Any] = {"path": path, "qualname": qualname, "kind": old_sym.kind, "old_source": old_src}
+    base: dict[str, Any] = {"path": path, "qualname": qualname, "kind": old_sym.kind, "old_source": old_src,
+                            "old_line": old_sym.start}
     new_mod = new.module(target)
     same = new.find(target, qualname) if new_mod else None
     if same is not None and new_mod is not None:
         new_src = source_of(new_mod[0], same)
         if new_src == old_src:
             return SymbolChange(**base, status="unchanged", new_path=target, new_qualname=qualname,
-                                new_source=new_src)
+                                new_source=new_src, new_line=same.start)
         sim = similarity(old_src, new_src)
         added, removed = _counts(old_src, new_src)
         sig = (_header(old_src), _header(new_src))
         return SymbolChange(**base, status="changed" if sim >= REWRITE_BELOW else "rewritten",
-                            new_path=target, new_qualname=qualname, similarity=sim, new_source=new_src,
+                            new_path=target, new_qualname=qualname, similarity=sim, new_source=new_src, new_line=same.start,
                             added=added, removed=removed, signature=sig if sig[0] != sig[1] else None)
     # not under the same name in the same file: moved (same name elsewhere), renamed (same body), or deleted
     candidates: list[tuple[float, str, Symbol, str]] = []
@@ -400,7 +403,7 @@ def compare_symbol(
         sim, p, s, src = max(candidates, key=lambda c: c[0])
         added, removed = _counts(old_src, src)
         return SymbolChange(**base, status="moved", new_path=p, new_qualname=s.qualname, similarity=sim,
-                            new_source=src, added=added, removed=removed)
+                            new_source=src, added=added, removed=removed, new_line=s.start)
     if new_mod is not None:
         old_names = {s.qualname for s in old_mod[1]}
         body = _body(old_src)
@@ -416,7 +419,7 @@ def compare_symbol(
             sim, s, src = max(renamed, key=lambda c: c[0])
             added, removed = _counts(old_src, src)
             return SymbolChange(**base, status="renamed", new_path=target, new_qualname=s.qualname,
-                                similarity=sim, new_source=src, added=added, removed=removed)
+                                similarity=sim, new_source=src, added=added, removed=removed, new_line=s.start)
     note = f"{target} is gone" if new_mod is None and target not in new.files else ""
     return SymbolChange(**base, status="deleted", note=note)
 

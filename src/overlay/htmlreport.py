@@ -59,7 +59,8 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def side_by_side(old: str, new: str, *, left: str, right: str, context: int = 3) -> str:
+def side_by_side(old: str, new: str, *, left: str, right: str, context: int = 3, left_start: int = 1,
+                 right_start: int = 1) -> str:
     """Two texts as a two-column table: equal runs folded to ``context`` lines, changed lines tinted."""
     a, b = old.splitlines(), new.splitlines()
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
@@ -76,9 +77,9 @@ def side_by_side(old: str, new: str, *, left: str, right: str, context: int = 3)
                 i, j = i1 + k, j1 + k
                 lcls = "code" if tag == "equal" else "code del"
                 rcls = "code" if tag == "equal" else "code add"
-                lt = (f'<td class="ln">{i + 1}</td><td class="{lcls}">{esc(a[i])}</td>' if i < i2
+                lt = (f'<td class="ln">{i + left_start}</td><td class="{lcls}">{esc(a[i])}</td>' if i < i2
                       else '<td class="ln"></td><td class="empty"></td>')
-                rt = (f'<td class="ln">{j + 1}</td><td class="{rcls}">{esc(b[j])}</td>' if j < j2
+                rt = (f'<td class="ln">{j + right_start}</td><td class="{rcls}">{esc(b[j])}</td>' if j < j2
                       else '<td class="ln"></td><td class="empty"></td>')
                 rows.append(f"<tr>{lt}{rt}</tr>")
     if groups[-1][-1][2] < len(a):
@@ -99,7 +100,8 @@ def _symbol_block(s: TouchedSymbol, a: str, b: str) -> str:
     desc = [esc(ch.describe()), "patched by " + ", ".join(f"<code>{esc(p)}</code>" for p in s.patches)]
     if ch.signature:
         desc.append(f"signature: <code>{esc(ch.signature[0])}</code> &rarr; <code>{esc(ch.signature[1])}</code>")
-    body = side_by_side(ch.old_source, ch.new_source, left=f"{a}: {ch.path}::{ch.qualname}", right=f"{b}: {target}")
+    body = side_by_side(ch.old_source, ch.new_source, left=f"{a}: {ch.path}::{ch.qualname}", right=f"{b}: {target}",
+                        left_start=ch.old_line, right_start=ch.new_line)
     return (f'<details{is_open} id="sym-{esc(ch.path)}::{esc(ch.qualname)}"><summary><code>{esc(ch.path)}::'
             f"{esc(ch.qualname)}</code> {_badge(ch.status, 's-' + ch.status)}</summary>"
             f'<div class="desc">{"<br>".join(desc)}</div>{body}</details>')
