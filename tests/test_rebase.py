@@ -81,7 +81,8 @@ def test_rebase_classifies_and_publishes(rworld: World, cli) -> None:
     assert f"# commit: unknown for 1.3.0; `overlay rebase` dropped {rworld.base_commit}" in text
     # the result is a valid series at the new pin: lint, checkout and an unchanged refresh
     assert cli("--root", str(rworld.root), "lint", "demo").code == 0
-    assert cli("--root", str(rworld.root), "-q", "checkout", "demo").code == 0
+    r = cli("--root", str(rworld.root), "-q", "checkout", "demo", "--json")
+    assert r.code == 0 and json.loads(r.out)["base"] == data["bases"]["new"]  # the same reproducible base commit
     before = tree_snapshot(rworld.series_dir)
     r = cli("--root", str(rworld.root), "refresh", "demo")
     assert r.code == 0 and "nothing to do" in r.out and tree_snapshot(rworld.series_dir) == before
@@ -111,6 +112,8 @@ def test_conflict_stops_then_continue_publishes(rworld: World, cli) -> None:
     data = json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())
     assert data["status"] == "stopped" and data["stopped"]["paths"] == [PKG + "engine.py"]
     assert [p["resolution"] for p in data["patches"]] == ["auto", "pending", "not reached"]
+    r = cli(*root, "rebase", "demo")  # where it stands
+    assert r.code == 3 and "STOPPED" in r.out and "not reached" not in r.out and "pending" in r.out
     # nothing published yet, and a second rebase is refused
     assert load_engine(rworld.root, "demo").upstream.version == "1.2.0"
     r = cli(*root, "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())

@@ -587,6 +587,7 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
             "worktree": str(result.repo) if result.repo else None,
         },
         "series": list(result.series),
+        "bases": {"old": state["old_base"], "new": state["new_base"]} if state else None,
         "seconds": round(result.seconds, 3),
     }
 
