@@ -102,8 +102,10 @@ def test_conflict_stops_then_continue_publishes(rworld: World, cli) -> None:
     add_patches(rworld, ["util", "conflict", "clean"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
+    pinned_base = json.loads(cli(*root, "-q", "checkout", "demo", "--json").out)["base"]
     r = cli(*root, "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
     assert r.code == 3
+    assert json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())["bases"]["old"] == pinned_base
     assert "rebase stopped at 0002-engine-conflict_target-adds-twelve.patch (conflict)" in r.err
     assert "--continue" in r.err and "--abort" in r.err
     repo = rworld.root / "build" / "rebase" / "demo" / "repo"

@@ -21,7 +21,8 @@ is tried, in this order:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import email.utils
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -125,13 +126,97 @@ class Workspace:
         return gitops.out(["rev-parse", "HEAD"], cwd=self.repo)
 
 
+BASE_DATE = "Tue, 1 Jan 1980 00:00:00 +0000"  # gitops.TOOL_IDENTITY's date, in fast-import's rfc2822 format
+
+
+class _Stream:
+    """A ``git fast-import`` stream: blobs and commits written in one git process, no work tree involved."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.next_mark = 1
+        self.blobs: dict[bytes, int] = {}
+
+    def _mark(self) -> int:
+        self.next_mark += 1
+        return self.next_mark - 1
+
+    def blob(self, data: bytes) -> int:
+        if data in self.blobs:
+            return self.blobs[data]
+        mark = self.blobs[data] = self._mark()
+        self.parts += [b"blob\nmark :%d\ndata %d\n" % (mark, len(data)), data, b"\n"]
+        return mark
+
+    def commit(
+        self, ref: str, *, author: str, author_date: str, committer: str, committer_date: str, message: str,
+        parent: int | None, changes: list[bytes],
+    ) -> int:
+        mark = self._mark()
+        msg = message.encode("utf-8")
+        head = (f"commit {ref}\nmark :{mark}\nauthor {author} {author_date}\ncommitter {committer} {committer_date}\n"
+                f"data {len(msg)}\n").encode()
+        self.parts += [head, msg, b"\n"]
+        if parent is not None:
+            self.parts.append(b"from :%d\n" % parent)
+        self.parts += [*changes, b"\n"]
+        return mark
+
+    def ref(self, ref: str, mark: int) -> None:
+        self.parts.append(f"reset {ref}\nfrom :{mark}\n\n".encode())
+
+
+def _path_bytes(path: str) -> bytes:
+    return ('"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"').encode("utf-8") if (
+        path.startswith('"') or "\n" in path or " " in path) else path.encode("utf-8")
+
+
+def _whole_tree(stream: _Stream, files: dict[str, bytes], executable: set[str] | None = None) -> list[bytes]:
+    exe = executable or set()
+    return [b"deleteall\n"] + [
+        b"M %s :%d %s\n" % (b"100755" if p in exe else b"100644", stream.blob(d), _path_bytes(p))
+        for p, d in sorted(files.items())
+    ]
+
+
+def _tool_ident() -> str:
+    t = gitops.TOOL_IDENTITY
+    return f"{t['GIT_AUTHOR_NAME']} <{t['GIT_AUTHOR_EMAIL']}>"
+
+
+def _patch_ident(patch: Patch) -> tuple[str, str]:
+    name, addr = email.utils.parseaddr(patch.author)
+    date = patch.date or BASE_DATE
+    return f"{name or addr} <{addr}>", date
+
+
 def import_tree(repo: Path, files: dict[str, bytes], message: str) -> str:
-    """Commit ``files`` as the whole tree, with the tool's fixed identity (a reproducible commit id)."""
-    for rel, data in files.items():
-        target = repo / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    return gitops.commit_all(repo, message, env=gitops.TOOL_IDENTITY)
+    """Commit ``files`` as a root commit with the tool's fixed identity: the commit ``overlay checkout`` makes."""
+    stream = _Stream()
+    mark = stream.commit("refs/overlay/import", author=_tool_ident(), author_date=BASE_DATE, committer=_tool_ident(),
+                         committer_date=BASE_DATE, message=_cleaned(message), parent=None,
+                         changes=_whole_tree(stream, files))
+    return _run_stream(repo, stream)[mark]
+
+
+def _cleaned(message: str) -> str:
+    """What ``git commit -m`` stores: trailing whitespace stripped from lines, one final newline."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _run_stream(repo: Path, stream: _Stream) -> dict[int, str]:
+    marks = repo / ".git" / "overlay-marks"
+    gitops.run(["fast-import", "--quiet", "--date-format=rfc2822", f"--export-marks={marks}"], cwd=repo,
+               input=b"".join(stream.parts) + b"done\n")
+    out = {}
+    for line in marks.read_text().splitlines():
+        mark, sha = line.split()
+        out[int(mark[1:])] = sha
+    marks.unlink()
+    return out
 
 
 def prepare(
@@ -145,28 +230,57 @@ def prepare(
     new_version: str,
     reporter: Reporter | None = None,
 ) -> Workspace:
-    """Make the scratch repository: old tree + old series (branch ``old``), new tree checked out (branch ``rebased``)."""
+    """Make the scratch repository: old tree + old series (branch ``old``), new tree checked out (branch ``rebased``).
+
+    Everything is written by one ``git fast-import``: the two trees as root commits with the tool's fixed identity
+    (the ids ``overlay checkout`` gives them), and the old series applied exactly, in memory, one commit per patch
+    with the patch's author, date and message. Only the new tree is then checked out.
+    """
     reporter = reporter or NullReporter()
     gitops.init(repo)
     gitops.run(["config", "rerere.enabled", "false"], cwd=repo)
     gitops.run(["config", "merge.conflictStyle", "diff3"], cwd=repo)
-    old_base = import_tree(repo, old_files, old_message)
-    gitops.run(["tag", "overlay/old-base", old_base], cwd=repo)
-    old_commits = []
+    tool = _tool_ident()
+    stream = _Stream()
+    old_mark = stream.commit("refs/heads/old", author=tool, author_date=BASE_DATE, committer=tool,
+                             committer_date=BASE_DATE, message=_cleaned(old_message), parent=None,
+                             changes=_whole_tree(stream, old_files))
+    tree = MemoryTree(dict(old_files))
+    marks: list[int] = []
+    parent = old_mark
     for patch in patches:
         try:
-            old_commits.append(commit_patch(repo, patch))
+            applied = apply_patch(tree, patch)
         except PatchError as exc:
             raise PatchError(exc.message, tip="the series must apply exactly at the pinned base before a rebase: "
                              "run `overlay lint` and fix it first") from None
-    gitops.run(["branch", "-f", "old", "HEAD"], cwd=repo)
-    gitops.run(["checkout", "-q", "--orphan", "rebased"], cwd=repo)
-    gitops.run(["rm", "-r", "-q", "-f", "."], cwd=repo)
-    new_base = import_tree(repo, new_files, new_message)
-    gitops.run(["tag", "overlay/new-base", new_base], cwd=repo)
+        changes: list[bytes] = []
+        for fd, af in zip(patch.files, applied.files):
+            if fd.kind == "rename" and fd.old_path and fd.old_path != af.path:
+                changes.append(b"D %s\n" % _path_bytes(fd.old_path))
+            if af.kind == "delete":
+                changes.append(b"D %s\n" % _path_bytes(af.path))
+            else:
+                data = tree.read(af.path) or b""
+                mode = b"100755" if tree.is_executable(af.path) else b"100644"
+                changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), _path_bytes(af.path)))
+        author, date = _patch_ident(patch)
+        parent = stream.commit("refs/heads/old", author=author, author_date=date, committer=tool, committer_date=date,
+                               message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
+                               parent=parent, changes=changes)
+        marks.append(parent)
+    new_mark = stream.commit("refs/heads/rebased", author=tool, author_date=BASE_DATE, committer=tool,
+                             committer_date=BASE_DATE, message=_cleaned(new_message), parent=None,
+                             changes=_whole_tree(stream, new_files))
+    stream.ref("refs/tags/overlay/old-base", old_mark)
+    stream.ref("refs/tags/overlay/new-base", new_mark)
+    ids = _run_stream(repo, stream)
+    gitops.run(["symbolic-ref", "HEAD", "refs/heads/rebased"], cwd=repo)
+    gitops.run(["reset", "-q", "--hard", "refs/heads/rebased"], cwd=repo)
     reporter.step("rebase", f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches")
-    ws = Workspace(repo=repo, old_base=old_base, new_base=new_base, old_commits=tuple(old_commits), new_version=new_version)
-    ws.renames = upstream_renames(repo, old_base, new_base)
+    ws = Workspace(repo=repo, old_base=ids[old_mark], new_base=ids[new_mark], old_commits=tuple(ids[m] for m in marks),
+                   new_version=new_version)
+    ws.renames = upstream_renames(repo, ws.old_base, ws.new_base)
     return ws
 
 
@@ -351,12 +465,12 @@ def location_check(
     repo: Path, old_patch: Patch, old_commit: str, new_patch: Patch, new_commit: str, *, renames: dict[str, str]
 ) -> list[HunkMove]:
     """The hunk-location check on two commits of one repository (pre-images read at each commit's parent)."""
-    def reader(commit: str, patch: Patch) -> Callable[[str], bytes | None]:
-        paths = [fd.old_path for fd in patch.files if fd.old_path]
-        blobs = dict(zip(paths, read_blobs(repo, [f"{commit}^:{p}" for p in paths])))
-        return lambda p: blobs.get(p)
-
-    return hunk_moves(old_patch, reader(old_commit, old_patch), new_patch, reader(new_commit, new_patch), renames=renames)
+    old_paths = [fd.old_path for fd in old_patch.files if fd.old_path]
+    new_paths = [fd.old_path for fd in new_patch.files if fd.old_path]
+    blobs = read_blobs(repo, [f"{old_commit}^:{p}" for p in old_paths] + [f"{new_commit}^:{p}" for p in new_paths])
+    old_pre = dict(zip(old_paths, blobs[: len(old_paths)]))
+    new_pre = dict(zip(new_paths, blobs[len(old_paths):]))
+    return hunk_moves(old_patch, old_pre.get, new_patch, new_pre.get, renames=renames)
 
 
 CONFLICT_MARKERS = (b"<<<<<<< ", b">>>>>>> ", b"||||||| ")
