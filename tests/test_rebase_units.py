@@ -206,3 +206,26 @@ def test_check_hunk_locations_in_memory() -> None:
     target = f"import os\n\n\ndef b():\n{body}    return 0\n"
     moves = check_hunk_locations({"f.py": base.encode()}, {"f.py": target.encode()}, [patch])
     assert [(name, m.before, m.after) for name, m in moves] == [("0001-x.patch", ("a",), ("b",))]
+
+
+def test_fast_import_gives_checkout_s_commit_ids(tmp_path: Path) -> None:
+    """The scratch repository's base commits (one git fast-import) have the ids checkout's commits (git add +
+    git commit with the tool's identity) have, odd path names included."""
+    from overlay import gitops
+    from overlay.replay import import_tree, prepare
+    from overlay.stack import write_base_commit
+
+    files = {"pkg/a.py": b"x = 1\n", "dir with space/b.py": b"y = 2\n", '"quoted.py': b"z\n", "e/empty": b""}
+    message = "base: demo 1.0\n\ndemo-1.0-py3-none-any.whl\nsha256 " + "0" * 64 + "\n"
+    plain = tmp_path / "plain"
+    gitops.init(plain)
+    expected = write_base_commit(plain, files, message)
+    fast = tmp_path / "fast"
+    gitops.init(fast)
+    assert import_tree(fast, files, message) == expected
+    ws = prepare(tmp_path / "ws", old_files=files, old_message=message, new_files=files, new_message=message,
+                 patches=(), new_version="1.0")
+    assert ws.old_base == ws.new_base == expected
+    assert sorted(gitops.out(["ls-files"], cwd=ws.repo).splitlines()) == sorted(
+        ['"\\"quoted.py"', "dir with space/b.py", "e/empty", "pkg/a.py"])
+    assert (ws.repo / "dir with space" / "b.py").read_bytes() == b"y = 2\n"

@@ -167,8 +167,11 @@ class _Stream:
 
 
 def _path_bytes(path: str) -> bytes:
-    return ('"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"').encode("utf-8") if (
-        path.startswith('"') or "\n" in path or " " in path) else path.encode("utf-8")
+    """A path as fast-import reads it: verbatim, or C-quoted when it starts with a quote or holds a newline."""
+    if not (path.startswith('"') or "\n" in path):
+        return path.encode("utf-8")
+    quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return ('"' + quoted + '"').encode("utf-8")
 
 
 def _whole_tree(stream: _Stream, files: dict[str, bytes], executable: set[str] | None = None) -> list[bytes]:
