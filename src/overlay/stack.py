@@ -215,7 +215,9 @@ def refresh(
             tip="commit or discard them first (refresh exports commits only), or pass --force to ignore them",
         )
     base = state["base"]
-    problems = _base_problems(worktree, base, state, manifest) or _base_tree_problem(root, worktree, base, manifest)
+    problems = _base_problems(worktree, base, state, manifest)
+    if not problems and not force:
+        problems = _base_tree_problem(root, worktree, base, manifest)
     if problems and not force:
         raise UsageError(problems, tip="check out the series again at the current pin, or pass --force")
     series_dir = manifest.series_dir(root)
