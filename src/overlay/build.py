@@ -20,7 +20,7 @@ from overlay import gitops
 from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, PatchError, UsageError
 from overlay.fetch import fetch_artifact
 from overlay.fsutil import atomic_write_json, owned_scratch, safe_relpath
-from overlay.manifest import Manifest, load_engine
+from overlay.manifest import Artifact, Manifest, load_engine
 from overlay.patching import DirTree, MemoryTree, apply_series
 from overlay.progress import NullReporter, Reporter
 from overlay.provenance import PROVENANCE_FILE, build_provenance, dumps, local_version
@@ -84,6 +84,7 @@ def apply_engine(
     git_url: str | None = None,
     commit: str | None = None,
     offline: bool = False,
+    artifact_name: str | None = None,
     reporter: Reporter | None = None,
 ) -> BuildResult:
     reporter = reporter or NullReporter()
@@ -93,7 +94,7 @@ def apply_engine(
     out_dir = out_dir or default_out_dir(root, engine)
     with owned_scratch(build_dir(root) / "tmp", f"apply-{engine}") as scratch:
         if source == "pypi":
-            artifact = manifest.upstream.primary
+            artifact = select_artifact(manifest, artifact_name)
             path = fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
             if artifact.is_wheel:
                 contents = _patched_from_wheel(manifest, path, patches, reporter)
@@ -129,6 +130,19 @@ def apply_engine(
     )
     reporter.step("wheel", f"{final} ({len(patches)} patches)")
     return BuildResult(wheel=final, version=version, patches=patches, provenance=provenance)
+
+
+def select_artifact(manifest: Manifest, filename: str | None) -> Artifact:
+    """The pinned artifact named ``filename`` (default: the primary one, the first wheel)."""
+    if filename is None:
+        return manifest.upstream.primary
+    for artifact in manifest.upstream.artifacts:
+        if artifact.filename == filename:
+            return artifact
+    raise UsageError(
+        f"{filename!r} is not pinned in {manifest.path.name}",
+        tip="pinned: " + ", ".join(a.filename for a in manifest.upstream.artifacts),
+    )
 
 
 def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: Reporter, *, package_root: str) -> None:
