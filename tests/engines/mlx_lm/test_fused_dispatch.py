@@ -37,6 +37,9 @@ GDN_FAMILIES = ("qwen3_next", "qwen3_5")
 DSA_FAMILIES = ("deepseek_v32", "glm_moe_dsa")
 
 GREEDY = [[0, 16, 32], [1, 24, 32], [2, 8, 32]]  # [prompt seed, prompt length, tokens]
+# Continuous batching (server path: batched caches, array offsets, padding masks): prompts of unequal length.
+BATCH = [[0, 16], [1, 9], [2, 23]]
+BATCH_FAMILIES = ("llama", "qwen3", "qwen3_5", "qwen3_next", "glm4_moe")
 TOGGLES = {
     "norm": {"mlx_lm.models.fused_ops:FUSED_NORM": False},
     "rope": {"mlx_lm.models.fused_ops:FUSED_ROPE": False},
@@ -57,7 +60,15 @@ INDEXER_TOL = 1e-5
 
 def _base_cases() -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = [
-        {"id": fam, "family": fam, "count": True, "prompt_len": 24, "steps": 10, "greedy": GREEDY}
+        {
+            "id": fam,
+            "family": fam,
+            "count": True,
+            "prompt_len": 24,
+            "steps": 10,
+            "greedy": GREEDY,
+            "batch": BATCH if fam in BATCH_FAMILIES else None,
+        }
         for fam in NORM_FAMILIES
     ]
     cases += [
@@ -153,6 +164,11 @@ def _assert_bit_exact(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
     diff = float(np.abs(la - lb).max())
     assert np.array_equal(la, lb), f"{what}: logits differ (max abs {diff:.3g})"
     assert a["greedy"] == b["greedy"], f"{what}: greedy tokens differ"
+    if "batch_logprobs" in a or "batch_logprobs" in b:
+        assert a["batch_tokens"] == b["batch_tokens"], f"{what}: batched tokens differ"
+        assert np.array_equal(np.load(a["batch_logprobs"]), np.load(b["batch_logprobs"])), (
+            f"{what}: batched logprobs"
+        )
 
 
 def _assert_close(a: dict[str, Any], b: dict[str, Any], tol: float, what: str) -> float:

@@ -5,12 +5,13 @@ A case: {"id", "family", "quantize": null | {"group_size", "bits"}, "env": {VAR:
 "globals": {"module:ATTR": value} set while the case runs (only where the module has ATTR), "count": bool,
 "prompt_len", "steps", "chunk": prefill chunk (0: one call), "greedy": [[prompt seed, prompt length, tokens], ...],
 "count_toggles": {"label": {"module:ATTR": value}}, "index_sets": bool, "spec": null | {"drafts": [family, ...], "k",
-"tokens", "prompts": [[seed, length], ...]}}.
+"tokens", "prompts": [[seed, length], ...]}, "batch": [[seed, length], ...] (BatchGenerator), "batch_tokens"}.
 
 Per case the result holds: "primitives" (one greedy decode step of generate_step), "toggled" (primitives with each
 toggle), "greedy" (token lists), "logits" (.npy of the prefill + decode-step logits, fp32), "index_sets" (.npy of the
 sparse-attention indexer selections, each row sorted), "spec" (tokens and from-draft flags of
-speculative_generate_step, and primitives of one draft step), "applied" (globals that exist in this arm).
+speculative_generate_step, and primitives of one draft step), "batch_tokens" / "batch_logprobs" (.npy) of continuous
+batching, "applied" (globals that exist in this arm).
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ def _greedy(model: Any, seed: int, length: int, n: int) -> list[int]:
     for tok, _ in generate_step(prompt_tokens(seed, length), model, max_tokens=n):
         out.append(int(tok))
     return out
+
+
+def _batch(model: Any, prompts: list[list[int]], n: int) -> tuple[list[list[int]], np.ndarray]:
+    """Greedy continuous batching (BatchGenerator, as the server runs it): tokens and log-probabilities per prompt."""
+    from mlx_lm.generate import BatchGenerator
+
+    gen = BatchGenerator(model, max_tokens=n)
+    try:
+        uids = gen.insert([np.array(prompt_tokens(s, length)).tolist() for s, length in prompts])
+        toks: dict[int, list[int]] = {u: [] for u in uids}
+        lps: dict[int, list[np.ndarray]] = {u: [] for u in uids}
+        done: set[int] = set()
+        while len(done) < len(uids):
+            for r in gen.next_generated():
+                toks[r.uid].append(int(r.token))
+                lps[r.uid].append(np.array(r.logprobs.astype(mx.float32)))
+                if r.finish_reason:
+                    done.add(r.uid)
+    finally:
+        gen.close()
+    return [toks[u] for u in uids], np.stack([np.stack(lps[u]) for u in uids])
 
 
 def _spec(model: Any, drafts: list[Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -201,6 +223,11 @@ def run_case(case: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
             res["logits"] = str(f)
             res["rollout_tokens"] = toks
         res["greedy"] = [_greedy(model, s, n, t) for s, n, t in case.get("greedy", [])]
+        if case.get("batch"):
+            res["batch_tokens"], lps = _batch(model, case["batch"], case.get("batch_tokens", 12))
+            f = out / f"{case['id']}-batch-logprobs.npy"
+            np.save(f, lps)
+            res["batch_logprobs"] = str(f)
         if case.get("spec"):
             drafts = [load(ensure_model(root, name)) for name in case["spec"]["drafts"]]
             res["spec"] = _spec(model, drafts, case["spec"])
