@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -175,3 +176,32 @@ def test_sdist_with_escaping_member_is_refused(world2: World, cli, tmp_path: Pat
     r = cli("--root", str(world2.root), "apply", "demo")
     assert r.code == 5 and "contains '..'" in r.err
     assert not (tmp_path.parent / "escape.py").exists() and not (world2.root / "escape.py").exists()
+
+
+def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli, tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).parent / "data" / "prebuilt_demo.py", world2.root / "prebuilt_demo.py")
+    manifest = world2.root / "overlays" / "demo.toml"
+    manifest.write_text(manifest.read_text() + (
+        '\n[prebuilt]\ncommand = ["{python}", "prebuilt_demo.py", "{tree}", "{out}", "{info}"]\n'
+        'tag = "cp{py}-cp{py}-linux_x86_64"\ndescription = "needs gcc"\n'))
+    r = cli("--root", str(world2.root), "-q", "apply", "demo", "--prebuilt", "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    wheel = Path(data["wheel"])
+    py = f"{sys.version_info[0]}{sys.version_info[1]}"
+    assert wheel.name.endswith(f"-cp{py}-cp{py}-linux_x86_64.whl")
+    files = members(wheel)
+    so = [n for n in files if n.startswith("demo_native") and n.endswith(".so")]
+    assert len(so) == 1
+    wheel_meta = next(v for k, v in files.items() if k.endswith(".dist-info/WHEEL")).decode()
+    assert "Root-Is-Purelib: false" in wheel_meta and f"Tag: cp{py}-cp{py}-linux_x86_64" in wheel_meta
+    prov = data["provenance"]["prebuilt"]
+    assert prov["files"][0]["path"] == so[0] and prov["details"]["compiler"]
+    # the compiled module is real and was built from the patched tree (util.py has 3 x's after patch 0002)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    out = subprocess.run([sys.executable, "-c", "import demo_native; print(demo_native.answer())"],
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert out.stdout.strip() == "3", out.stderr
+    no = cli("--root", str(world2.root), "apply", "demo", "--prebuilt", "--prebuilt-python", "/nonexistent/python")
+    assert no.code == 2 and "/nonexistent/python" in no.err
