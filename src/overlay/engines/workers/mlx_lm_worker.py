@@ -104,19 +104,22 @@ def task_spec(req: dict) -> dict:
     from mlx_lm.generate import stream_generate
 
     model, tok = _load(req["model"])
-    draft, _ = _load(req["draft"])
-    results = []
-    for ids in req["prompts"]:
-        tokens, flags = [], []
-        stats = None
-        for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
-                                    num_draft_tokens=req["k"], sampler=_argmax_sampler(mx)):
-            tokens.append(int(resp.token))
-            flags.append(bool(getattr(resp, "from_draft", False)))
-            stats = getattr(resp, "spec_stats", None) or stats
-        results.append({"tokens": tokens, "from_draft": flags,
-                        "stats": stats if isinstance(stats, dict) else None})
-    return {"results": results}
+    drafts: dict = {}
+    for label, path in req["drafts"].items():
+        draft, _ = _load(path)
+        results = []
+        for ids in req["prompts"]:
+            tokens, flags = [], []
+            stats = None
+            for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
+                                        num_draft_tokens=req["k"], sampler=_argmax_sampler(mx)):
+                tokens.append(int(resp.token))
+                flags.append(bool(getattr(resp, "from_draft", False)))
+                stats = getattr(resp, "spec_stats", None) or stats
+            results.append({"tokens": tokens, "from_draft": flags,
+                            "stats": stats if isinstance(stats, dict) else None})
+        drafts[label] = {"results": results}
+    return {"drafts": drafts}
 
 
 def task_cold(req: dict) -> dict:
