@@ -3,7 +3,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -126,3 +128,80 @@ def test_git_source_gives_the_same_package_files(world2: World, cli, tmp_path: P
     prov = json.loads(next(v for k, v in g.items() if k.endswith("overlay.json")))
     assert prov["source"]["kind"] == "git" and prov["source"]["commit"] == world2.base_commit
     assert prov["series"] == json.loads(next(v for k, v in a.items() if k.endswith("overlay.json")))["series"]
+
+
+def test_artifact_selection(world2: World, cli, tmp_path: Path) -> None:
+    r = cli("--root", str(world2.root), "apply", "demo", "--artifact", "demo_engine-1.2.0-cp312-cp312-linux_x86_64.whl")
+    assert r.code == 2 and "is not pinned" in r.err and "demo_engine-1.2.0-py3-none-any.whl" in r.err
+    ok = cli("--root", str(world2.root), "-q", "apply", "demo", "--artifact", world2.wheel.name, "--out", str(tmp_path))
+    assert ok.code == 0 and Path(ok.out.strip()).parent == tmp_path
+
+
+def _sdist(world: World, tmp_path: Path) -> Path:
+    """The release sdist: built from the base commit (the upstream repo's `work` branch holds our patches)."""
+    base = tmp_path / "base"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), world.base_commit], cwd=world.upstream,
+                   check=True, capture_output=True)
+    out = tmp_path / "sdist"
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(base / "python")],
+                   check=True, capture_output=True)
+    return next(out.glob("*.tar.gz"))
+
+
+@pytest.mark.slow
+def test_sdist_pin_builds_with_the_projects_backend(world2: World, cli, tmp_path: Path) -> None:
+    sdist = _sdist(world2, tmp_path)
+    wheel_build = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "w"))
+    world2.write_manifest(filename=sdist.name, sha256=hashlib.sha256(sdist.read_bytes()).hexdigest(), url=sdist.as_uri())
+    r = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "s"))
+    assert r.code == 0, r.err
+    a, s = members(Path(wheel_build.out.strip())), members(Path(r.out.strip()))
+    pkg = sorted(n for n in a if n.startswith("demo_pkg/"))
+    assert pkg == sorted(n for n in s if n.startswith("demo_pkg/")) and all(a[n] == s[n] for n in pkg)
+    prov = json.loads(next(v for k, v in s.items() if k.endswith("overlay.json")))
+    assert prov["upstream"]["artifact"]["filename"] == sdist.name
+
+
+def test_sdist_with_escaping_member_is_refused(world2: World, cli, tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    bad = tmp_path / "demo-engine-1.2.0.tar.gz"
+    with tarfile.open(bad, "w:gz") as tf:
+        data = b"x = 1\n"
+        info = tarfile.TarInfo("demo-engine-1.2.0/../../escape.py")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    world2.write_manifest(filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri())
+    r = cli("--root", str(world2.root), "apply", "demo")
+    assert r.code == 5 and "contains '..'" in r.err
+    assert not (tmp_path.parent / "escape.py").exists() and not (world2.root / "escape.py").exists()
+
+
+def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli, tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).parent / "data" / "prebuilt_demo.py", world2.root / "prebuilt_demo.py")
+    manifest = world2.root / "overlays" / "demo.toml"
+    manifest.write_text(manifest.read_text() + (
+        '\n[prebuilt]\ncommand = ["{python}", "prebuilt_demo.py", "{tree}", "{out}", "{info}"]\n'
+        'tag = "cp{py}-cp{py}-linux_x86_64"\ndescription = "needs gcc"\n'))
+    r = cli("--root", str(world2.root), "-q", "apply", "demo", "--prebuilt", "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    wheel = Path(data["wheel"])
+    py = f"{sys.version_info[0]}{sys.version_info[1]}"
+    assert wheel.name.endswith(f"-cp{py}-cp{py}-linux_x86_64.whl")
+    files = members(wheel)
+    so = [n for n in files if n.startswith("demo_native") and n.endswith(".so")]
+    assert len(so) == 1
+    wheel_meta = next(v for k, v in files.items() if k.endswith(".dist-info/WHEEL")).decode()
+    assert "Root-Is-Purelib: false" in wheel_meta and f"Tag: cp{py}-cp{py}-linux_x86_64" in wheel_meta
+    prov = data["provenance"]["prebuilt"]
+    assert prov["files"][0]["path"] == so[0] and prov["details"]["compiler"]
+    # the compiled module is real and was built from the patched tree (util.py has 3 x's after patch 0002)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    out = subprocess.run([sys.executable, "-c", "import demo_native; print(demo_native.answer())"],
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert out.stdout.strip() == "3", out.stderr
+    no = cli("--root", str(world2.root), "apply", "demo", "--prebuilt", "--prebuilt-python", "/nonexistent/python")
+    assert no.code == 2 and "/nonexistent/python" in no.err

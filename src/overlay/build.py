@@ -20,12 +20,12 @@ from overlay import gitops
 from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, PatchError, UsageError
 from overlay.fetch import fetch_artifact
 from overlay.fsutil import atomic_write_json, owned_scratch, safe_relpath
-from overlay.manifest import Manifest, load_engine
+from overlay.manifest import Artifact, Manifest, load_engine
 from overlay.patching import DirTree, MemoryTree, apply_series
 from overlay.progress import NullReporter, Reporter
 from overlay.provenance import PROVENANCE_FILE, build_provenance, dumps, local_version
 from overlay.series import Patch, Series, load_series
-from overlay.wheels import WheelContents, read_wheel, set_version, write_wheel
+from overlay.wheels import WheelContents, read_wheel, retag, set_version, write_wheel
 
 Source = Literal["pypi", "git"]
 
@@ -84,6 +84,9 @@ def apply_engine(
     git_url: str | None = None,
     commit: str | None = None,
     offline: bool = False,
+    artifact_name: str | None = None,
+    prebuilt: bool = False,
+    prebuilt_python: Path | None = None,
     reporter: Reporter | None = None,
 ) -> BuildResult:
     reporter = reporter or NullReporter()
@@ -91,9 +94,11 @@ def apply_engine(
     series = load_engine_series(root, manifest)
     patches = check_upto(series, upto)
     out_dir = out_dir or default_out_dir(root, engine)
+    if prebuilt and manifest.prebuilt is None:
+        raise UsageError(f"{manifest.path.name} has no [prebuilt] table: {engine} has nothing to precompile")
     with owned_scratch(build_dir(root) / "tmp", f"apply-{engine}") as scratch:
         if source == "pypi":
-            artifact = manifest.upstream.primary
+            artifact = select_artifact(manifest, artifact_name)
             path = fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
             if artifact.is_wheel:
                 contents = _patched_from_wheel(manifest, path, patches, reporter)
@@ -114,9 +119,15 @@ def apply_engine(
             prov_artifact = None
         else:
             raise UsageError(f"unknown --source {source!r}; use pypi or git")
+        prebuilt_info = None
+        if prebuilt:
+            assert manifest.prebuilt is not None
+            prebuilt_info = run_prebuilt(root, manifest, contents, scratch, python=prebuilt_python, reporter=reporter)
         version = local_version(manifest, patches)
         contents = set_version(contents, version)
         provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info)
+        if prebuilt_info is not None:
+            provenance["prebuilt"] = prebuilt_info
         contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
         reporter.step("wheel", f"writing {contents.name.filename()}")
         built = write_wheel(contents, scratch / "out")
@@ -129,6 +140,63 @@ def apply_engine(
     )
     reporter.step("wheel", f"{final} ({len(patches)} patches)")
     return BuildResult(wheel=final, version=version, patches=patches, provenance=provenance)
+
+
+def select_artifact(manifest: Manifest, filename: str | None) -> Artifact:
+    """The pinned artifact named ``filename`` (default: the primary one, the first wheel)."""
+    if filename is None:
+        return manifest.upstream.primary
+    for artifact in manifest.upstream.artifacts:
+        if artifact.filename == filename:
+            return artifact
+    raise UsageError(
+        f"{filename!r} is not pinned in {manifest.path.name}",
+        tip="pinned: " + ", ".join(a.filename for a in manifest.upstream.artifacts),
+    )
+
+
+def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratch: Path, *, python: Path | None,
+                 reporter: Reporter) -> dict[str, Any]:
+    """Run the manifest's [prebuilt] command on the patched tree; add what it writes to the wheel and retag it."""
+    import json
+
+    assert manifest.prebuilt is not None
+    py = str(python or sys.executable)
+    try:
+        probe = subprocess.run([py, "-c", "import sys; print(f'{sys.version_info[0]}{sys.version_info[1]}')"],
+                               capture_output=True, text=True)
+    except OSError as exc:
+        raise UsageError(f"--prebuilt-python {py} cannot be run: {exc}") from None
+    if probe.returncode != 0:
+        raise UsageError(f"--prebuilt-python {py} does not run: {probe.stderr.strip()[-300:]}")
+    pyver = probe.stdout.strip()
+    tree_dir, out, info = scratch / "prebuilt-tree", scratch / "prebuilt-out", scratch / "prebuilt-info.json"
+    out.mkdir(parents=True)
+    for rel, data in contents.tree.files.items():
+        target = tree_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    values = {"python": py, "tree": str(tree_dir), "out": str(out), "info": str(info), "root": str(root)}
+    command = [part.format(**values) for part in manifest.prebuilt.command]
+    reporter.step("build", f"prebuilt: {' '.join(command)}")
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        err = (proc.stderr or proc.stdout).strip()[-2500:]
+        cls = UsageError if proc.returncode == 2 else ExternalCommandError
+        raise cls(f"the prebuilt step of {manifest.name} failed (exit {proc.returncode}): {err}",
+                  tip=manifest.prebuilt.description or "see the engine's docs page for what the build needs")
+    added: list[dict[str, Any]] = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = str(safe_relpath(path.relative_to(out).as_posix(), what="prebuilt output"))
+        data = path.read_bytes()
+        contents.tree.write(rel, data, executable=bool(path.stat().st_mode & 0o111))
+        added.append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+    if not added:
+        raise ExternalCommandError(f"the prebuilt step of {manifest.name} wrote nothing into {{out}}")
+    retag(contents, manifest.prebuilt.tag.format(py=pyver))
+    details = json.loads(info.read_text()) if info.is_file() else {}
+    reporter.step("build", f"prebuilt: added {', '.join(str(a['path']) for a in added)}; tag {contents.name.tags}")
+    return {"tag": contents.name.tags, "files": added, "details": details}
 
 
 def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: Reporter, *, package_root: str) -> None:

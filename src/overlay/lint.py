@@ -20,7 +20,7 @@ class Problem:
     engine: str
     patch: str | None
     message: str
-    kind: Literal["config", "apply", "metadata"]
+    kind: Literal["config", "apply", "metadata", "location"]
     tip: str | None = None
 
 

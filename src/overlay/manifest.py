@@ -80,6 +80,21 @@ class CheckSpec:
 
 
 @dataclass(frozen=True)
+class Prebuilt:
+    """`overlay apply --prebuilt`: a command that compiles the engine's native parts from the patched tree.
+
+    ``command`` placeholders: {python} (the interpreter that builds), {tree} (the patched wheel tree, wheel layout),
+    {out} (a folder whose files are added to the wheel, paths kept), {info} (a JSON file the command may write with
+    build details, copied into the provenance), {root} (the overlay repository). ``tag`` is the wheel tag of the
+    result; {py} stands for the building interpreter's major+minor (e.g. 311).
+    """
+
+    command: tuple[str, ...]
+    tag: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class Manifest:
     path: Path
     name: str
@@ -89,6 +104,7 @@ class Manifest:
     series: SeriesSpec
     runtime: Runtime = field(default_factory=Runtime)
     check: CheckSpec = field(default_factory=CheckSpec)
+    prebuilt: Prebuilt | None = None
 
     def series_dir(self, root: Path) -> Path:
         return root / self.series.dir
@@ -107,6 +123,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "series": {"dir": str, "label": str},
     "runtime": {"requirements": list, "preload": list, "env": dict, "python-path": list},
     "check": {"kld-max": (float, int), "top1-min": (float, int), "default-model": str},
+    "prebuilt": {"command": list, "tag": str, "description": str},
 }
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "engine": ("name", "distribution", "import-name"),
@@ -114,6 +131,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "series": ("dir", "label"),
     "runtime": (),
     "check": (),
+    "prebuilt": (),
 }
 _ARTIFACT_KEYS = {"filename": str, "sha256": str, "url": str}
 
@@ -204,6 +222,16 @@ def load_manifest(path: Path) -> Manifest:
     for key, value in env.items():
         _typed("runtime.env.", key, value, str, path)
     ck = tables["check"]
+    pb = tables["prebuilt"]
+    prebuilt = None
+    if pb:
+        for key in ("command", "tag"):
+            if key not in pb:
+                raise ConfigError(f"{path}: missing required key prebuilt.{key}")
+        command = _str_list("prebuilt.", "command", pb["command"], path)
+        if not command:
+            raise ConfigError(f"{path}: prebuilt.command is empty")
+        prebuilt = Prebuilt(command=command, tag=pb["tag"], description=pb.get("description", ""))
     return Manifest(
         path=path,
         name=name,
@@ -229,6 +257,7 @@ def load_manifest(path: Path) -> Manifest:
             top1_min=float(ck.get("top1-min", CheckSpec.top1_min)),
             default_model=ck.get("default-model"),
         ),
+        prebuilt=prebuilt,
     )
 
 

@@ -164,16 +164,16 @@ def apply_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> AppliedP
                 pending[old] = None
             pending[new] = data
     applied: list[AppliedFile] = []
-    for fd, old, new, data, exe in staged:
+    for fd, old, new, new_data, exe in staged:
         if fd.kind == "delete":
             assert old is not None
             tree.delete(old)
             applied.append(AppliedFile(path=old, kind="delete"))
             continue
-        assert new is not None and data is not None
+        assert new is not None and new_data is not None
         if fd.kind == "rename" and old is not None and old != new:
             tree.delete(old)
-        tree.write(new, data, executable=exe)
+        tree.write(new, new_data, executable=exe)
         applied.append(AppliedFile(path=new, kind=fd.kind))
     return AppliedPatch(patch=patch, files=tuple(applied))
 

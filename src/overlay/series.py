@@ -460,11 +460,11 @@ def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
             else:
                 raise ConfigError(f"{where}:{lineno}: unexpected extended header line {h[:80]!r}")
             i += 1
-        for mode in (old_mode, new_mode):
-            if mode == "120000":
+        for mode_ in (old_mode, new_mode):
+            if mode_ == "120000":
                 raise IntegrityError(f"{where}:{header_lineno}: {(new_path or old_path)!r} is a symlink; patches may not create or change symlinks")
-            if mode in ("160000", "040000"):
-                raise ConfigError(f"{where}:{header_lineno}: {(new_path or old_path)!r} has mode {mode} (submodule/tree); not supported")
+            if mode_ in ("160000", "040000"):
+                raise ConfigError(f"{where}:{header_lineno}: {(new_path or old_path)!r} has mode {mode_} (submodule/tree); not supported")
         if kind == "add":
             old_path = None
         elif kind == "delete":

@@ -104,6 +104,12 @@ def write_base_commit(repo: Path, files: dict[str, bytes], message: str) -> str:
 def commit_patch(repo: Path, patch: Patch) -> str:
     """Apply ``patch`` strictly to the work tree and commit it with the patch's own author, date and message."""
     apply_patch(DirTree(repo), patch)
+    gitops.run(["add", "-A", "-f", "."], cwd=repo)
+    return commit_as_patch(repo, patch)
+
+
+def commit_as_patch(repo: Path, patch: Patch) -> str:
+    """Commit what is staged with ``patch``'s author, date and message (trailers included); returns the commit."""
     name, addr = email.utils.parseaddr(patch.author)
     env = {
         "GIT_AUTHOR_NAME": name or addr,
@@ -116,7 +122,6 @@ def commit_patch(repo: Path, patch: Patch) -> str:
     message = patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n"
     msg_file = repo / ".git" / "OVERLAY_MSG"
     msg_file.write_text(message, encoding="utf-8")
-    gitops.run(["add", "-A", "-f", "."], cwd=repo)
     gitops.run(["commit", "-q", "--no-verify", "--allow-empty", "--cleanup=verbatim", "-F", str(msg_file)], cwd=repo, env=env)
     msg_file.unlink()
     return gitops.out(["rev-parse", "HEAD"], cwd=repo)
@@ -211,6 +216,8 @@ def refresh(
         )
     base = state["base"]
     problems = _base_problems(worktree, base, state, manifest)
+    if not problems and not force:
+        problems = _base_tree_problem(root, worktree, base, manifest)
     if problems and not force:
         raise UsageError(problems, tip="check out the series again at the current pin, or pass --force")
     series_dir = manifest.series_dir(root)
@@ -283,6 +290,19 @@ def _base_problems(worktree: Path, base: str, state: dict[str, Any], manifest: M
     roots = gitops.out(["rev-list", "--max-parents=0", "HEAD"], cwd=worktree).split()
     if roots != [base]:
         return f"{worktree}: HEAD does not descend from the pinned base commit {base[:12]} alone (roots: {[r[:12] for r in roots]})"
+    return ""
+
+
+def _base_tree_problem(root: Path, worktree: Path, base: str, manifest: Manifest) -> str:
+    """The base commit must hold exactly the pinned artifact's tree (the pin may have changed at the same version)."""
+    from overlay.gitobjects import tree_id
+
+    expected = tree_id(base_tree_files(root, manifest))
+    found = gitops.out(["rev-parse", f"{base}^{{tree}}"], cwd=worktree)
+    if found != expected:
+        return (f"{worktree}: the base commit {base[:12]} does not hold the pinned artifact's tree "
+                f"({manifest.upstream.primary.filename}, sha256 {manifest.upstream.primary.sha256[:16]}...): "
+                f"tree {found[:12]}, expected {expected[:12]}")
     return ""
 
 

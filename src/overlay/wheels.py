@@ -173,6 +173,25 @@ def _rewrite_version(metadata: bytes, old: str, new: str) -> bytes:
     raise IntegrityError("METADATA has no Version: header")
 
 
+def retag(contents: WheelContents, tag: str) -> WheelContents:
+    """Give the wheel another compatibility tag (e.g. once it carries a compiled extension): file name and WHEEL's
+    Tag lines follow, and a platform tag makes it non-pure (Root-Is-Purelib: false)."""
+    parts = tag.split("-")
+    if len(parts) != 3 or not all(parts):
+        raise IntegrityError(f"wheel tag {tag!r} is not of the form python-abi-platform")
+    wheel_path = f"{contents.dist_info}/WHEEL"
+    lines = (contents.tree.read(wheel_path) or b"").decode("utf-8").splitlines()
+    out = [line for line in lines if not line.startswith("Tag:")]
+    if parts[2] != "any":
+        out = [("Root-Is-Purelib: false" if line.startswith("Root-Is-Purelib:") else line) for line in out]
+    out.append(f"Tag: {tag}")
+    contents.tree.write(wheel_path, ("\n".join(out) + "\n").encode("utf-8"))
+    contents.name = WheelName(distribution=contents.name.distribution, version=contents.name.version,
+                              build=contents.name.build, tags=tag)
+    _check_wheel_tags(contents)
+    return contents
+
+
 def record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
     return f"sha256={digest}"

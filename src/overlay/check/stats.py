@@ -31,7 +31,8 @@ class SeqAgreement:
 def log_softmax(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    out: np.ndarray = x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return out
 
 
 def agreement(ref_logprobs: np.ndarray, cand_logprobs: np.ndarray, targets: np.ndarray) -> SeqAgreement:
@@ -61,7 +62,8 @@ def _bootstrap_means(blocks: Sequence[tuple[float, int]], n: int, rng: np.random
     sums = np.array([b[0] for b in blocks], dtype=np.float64)
     counts = np.array([b[1] for b in blocks], dtype=np.float64)
     picks = rng.integers(0, len(blocks), size=(n, len(blocks)))
-    return sums[picks].sum(axis=1) / np.maximum(counts[picks].sum(axis=1), 1)
+    means: np.ndarray = sums[picks].sum(axis=1) / np.maximum(counts[picks].sum(axis=1), 1)
+    return means
 
 
 def summarize(seqs: Sequence[SeqAgreement], *, n_boot: int = 1000) -> dict[str, float | int | bool | list[float]]:

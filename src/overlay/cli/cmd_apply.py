@@ -23,6 +23,12 @@ def configure_parser(sub: Any) -> None:
                    help="upstream tree: the pinned release artifact (default) or a git checkout at the pinned commit")
     p.add_argument("--git-url", help="git URL or local path for --source git (default: upstream.git)")
     p.add_argument("--commit", help="commit for --source git (default: upstream.commit)")
+    p.add_argument("--artifact", metavar="FILENAME",
+                   help="which pinned artifact to patch (default: the first wheel), e.g. another Python's wheel")
+    p.add_argument("--prebuilt", action="store_true",
+                   help="also compile the engine's native parts from the patched tree (manifest [prebuilt]) into the wheel")
+    p.add_argument("--prebuilt-python", type=Path, metavar="PYTHON",
+                   help="interpreter for the prebuilt step (one with the engine's build deps, e.g. CUDA torch)")
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(execute=execute)
@@ -41,6 +47,9 @@ def execute(args: argparse.Namespace) -> int:
         git_url=args.git_url,
         commit=args.commit,
         offline=args.offline,
+        artifact_name=args.artifact,
+        prebuilt=args.prebuilt,
+        prebuilt_python=args.prebuilt_python,
         reporter=reporter_for(args),
     )
     if args.json:

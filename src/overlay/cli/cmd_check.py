@@ -51,9 +51,9 @@ def execute(args: argparse.Namespace) -> int:
     try:
         report = run_check(root=root, options=options, reporter=reporter_for(args))
     except CheckFailed as exc:
-        report = getattr(exc, "report", None)
-        if report is not None:
-            _show(report, args)
+        failed_report = getattr(exc, "report", None)
+        if failed_report is not None:
+            _show(failed_report, args)
         raise
     _show(report, args)
     return 0

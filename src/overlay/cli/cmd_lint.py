@@ -16,6 +16,9 @@ def configure_parser(sub: Any) -> None:
     p = sub.add_parser("lint", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("engine", nargs="?", help="engine name (default: all engines)")
+    p.add_argument("--against", metavar="VERSION",
+                   help="also check that every patch still lands, offsets at most, in the same function/class on "
+                        "release VERSION (the hunk-location check)")
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
@@ -32,6 +35,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.engine:
         load_engine(root, args.engine)  # unknown engine -> exit 2 with the closest name
     reports = [lint_engine(root, e, offline=args.offline, reporter=reporter_for(args)) for e in engines]
+    if getattr(args, "against", None):
+        reports = [_with_locations(root, r, args.against, args.offline, reporter_for(args)) for r in reports]
     if args.json:
         emit_json({"version": 1, "engines": [
             {"engine": r.engine, "patches": r.patches, "ok": r.ok,
@@ -40,13 +45,30 @@ def execute(args: argparse.Namespace) -> int:
     else:
         for r in reports:
             if r.ok:
-                print(f"{r.engine}: ok ({r.patches} patches apply exactly)")
+                against = f"; every hunk lands in the same symbol at {args.against}" if args.against else ""
+                print(f"{r.engine}: ok ({r.patches} patches apply exactly{against})")
             for p in r.problems:
                 where = f"{r.engine}/{p.patch}" if p.patch else r.engine
                 print(f"ERROR {where}: {p.message}", file=sys.stderr)
                 if p.tip:
                     print(f"TIP {p.tip}", file=sys.stderr)
     problems = [p for r in reports for p in r.problems]
-    if any(p.kind == "apply" for p in problems):
+    if any(p.kind in ("apply", "location") for p in problems):
         return 3
     return 2 if problems else 0
+
+
+def _with_locations(root: Any, report: Any, version: str, offline: bool, reporter: Any) -> Any:
+    """``--against VERSION``: add the hunk-location check's problems (only for an engine that lints clean)."""
+    import dataclasses
+
+    from overlay.build import load_engine_series
+    from overlay.manifest import load_engine
+    from overlay.placement import location_problems
+
+    if not report.ok:
+        return report
+    manifest = load_engine(root, report.engine)
+    found = location_problems(root, manifest, load_engine_series(root, manifest), version, offline=offline,
+                              reporter=reporter)
+    return dataclasses.replace(report, problems=report.problems + tuple(found))

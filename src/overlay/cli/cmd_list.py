@@ -26,7 +26,7 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.build import build_dir, load_engine_series
 
     root = resolve_root(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in engine_names(root):
         manifest = load_engine(root, name)
         try:

@@ -1,0 +1,96 @@
+"""overlay rebase ENGINE --to VERSION (--continue / --skip / --abort): move the series onto a new upstream release."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from overlay.cli.main import resolve_root
+from overlay.cli.output import emit_json, reporter_for
+
+HELP = "move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict)"
+EXAMPLE = "overlay rebase mlx-lm --to 0.32.1"
+
+
+def configure_parser(sub: Any) -> None:
+    p = sub.add_parser("rebase", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--to", metavar="VERSION", help="the upstream release to move to")
+    action.add_argument("--continue", dest="cont", action="store_true",
+                        help="take the resolution of the stopped patch (the scratch repository's work tree) and go on")
+    action.add_argument("--skip", action="store_true", help="drop the stopped patch (recorded in DROPPED) and go on")
+    action.add_argument("--abort", action="store_true",
+                        help="give up: remove the rebase state; patches/, overlays/ and worktrees stay as they were")
+    p.add_argument("--url", help="with --to: a direct location (file:// or https://) of the new release's wheel "
+                                 "instead of the package index")
+    p.add_argument("--commit", help="with --to: the new release's 40-hex git commit, recorded in the manifest and series")
+    p.add_argument("--dry-run", action="store_true", help="with --to: classify every patch, write nothing, never stop")
+    p.add_argument("--force", action="store_true",
+                   help="with --to: rebase even when build/worktrees/ENGINE holds work refresh has not written back")
+    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(execute=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from overlay import rebase as rb
+    from overlay.errors import ConflictError, UsageError
+
+    root = resolve_root(args)
+    rep = reporter_for(args)
+    if args.abort:
+        res = rb.abort(root=root, engine=args.engine, reporter=rep)
+        if args.json:
+            emit_json({"version": 1, "engine": res.engine, "aborted": True, "restored": list(res.restored)})
+        else:
+            print(f"rebase of {res.engine} aborted; nothing was published")
+        return 0
+    if args.cont or args.skip:
+        result = rb.resume(root=root, engine=args.engine, skip=args.skip, reporter=rep)
+    elif args.to:
+        result = rb.rebase(root=root, engine=args.engine, to=args.to, url=args.url, commit=args.commit,
+                           force=args.force, dry_run=args.dry_run, offline=args.offline, reporter=rep)
+    else:
+        current = rb.status(root=root, engine=args.engine)
+        if current is None:
+            raise UsageError(f"no rebase of {args.engine} is in progress", tip="start one with --to VERSION")
+        result = current
+    if args.json:
+        emit_json(rb.report_json(result))
+    else:
+        print_table(result)
+    stopped = result.stopped
+    if stopped is not None:
+        what = "conflicts in " + ", ".join(stopped.conflicts) if stopped.conflicts else stopped.detail
+        raise ConflictError(
+            f"rebase stopped at {stopped.name} ({stopped.cls}): {what}. The attempt is in {result.repo}",
+            tip=f"finish it there (edit, `git add`), then `overlay rebase {result.engine} --continue`; "
+            f"or --skip to drop this patch, or --abort to give up",
+        )
+    return 0
+
+
+def print_table(result: Any) -> None:
+    width = max([len(o.name) for o in result.outcomes] + [len(n) for n in result.pending] + [5])
+    print(f"rebase {result.engine} {result.from_version} -> {result.to_version}: {result.status}")
+    print(f"{'patch':<{width}}  {'class':<10}  {'result':<9}  detail")
+    for o in result.outcomes:
+        if o.resolution == "pending":
+            res = "STOPPED" if result.status == "stopped" else "would stop"
+        elif o.commit is None:
+            res = o.resolution if o.resolution in ("skipped", "dropped") else "dropped"
+        elif o.new_name and o.new_name != o.name:
+            res = "-> " + o.new_name[:4]
+        else:
+            res = "ok" if o.resolution == "auto" else "resolved"
+        print(f"{o.name:<{width}}  {o.cls:<10}  {res:<9}  {o.detail}")
+        for m in o.moved:
+            print(f"{'':<{width}}  {'':<10}  {'':<9}  WARNING hunk moved: {m.describe()}", file=sys.stdout)
+    for n in result.pending:
+        print(f"{n:<{width}}  {'-':<10}  {'pending':<9}")
+    counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
+    print(f"{len(result.outcomes)} of {len(result.outcomes) + len(result.pending)} patches: {counts or 'none'}"
+          + (f"; report {result.report}" if result.report else ""))

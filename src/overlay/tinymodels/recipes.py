@@ -1,0 +1,215 @@
+"""Frozen recipes of the tiny models and the registry :data:`KINDS`.
+
+A recipe says everything that decides the bytes of a model: architecture shape, initialisation, training schedule,
+and which other kind it derives from. The recipe hash (plus the generator, corpus and tokenizer versions, the seed and
+the hashes of the kinds it derives from) names the cache directory, so editing a recipe gives a new directory and
+never a stale model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Literal
+
+Arch = Literal["llama", "qwen3_5", "deepseek_v3"]
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """AdamW training on the built-in corpus (windows of ``seq_len + 1`` tokens, cosine schedule)."""
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    learning_rate: float
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    corpus_docs: int = 4000
+    passes: int = 1
+    """MTP head only: the target's hidden states are computed once for ``ceil(steps / passes)`` batches, which
+    the head then sees ``passes`` times (the frozen target's forward dominates the cost otherwise)."""
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    tie_word_embeddings: bool
+    head_dim: int = 64
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 2048
+
+
+@dataclass(frozen=True)
+class Qwen35Shape:
+    """Text tower of a dense Qwen3.5 (``qwen3_5``): gated-delta layers with one full-attention layer per interval."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int = 4
+    full_attention_interval: int = 4
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10000000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    mtp_num_hidden_layers: int = 1
+
+
+@dataclass(frozen=True)
+class DeepseekV3Shape:
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    moe_intermediate_size: int
+    num_attention_heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    n_routed_experts: int
+    n_shared_experts: int
+    num_experts_per_tok: int
+    n_group: int
+    topk_group: int
+    first_k_dense_replace: int
+    routed_scaling_factor: float = 2.5
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 2048
+    num_nextn_predict_layers: int = 1
+
+
+@dataclass(frozen=True)
+class RandomRecipe:
+    """Random weights from numpy (no training). ``init_scale`` multiplies the fan-in initialisation."""
+
+    description: str
+    arch: Arch
+    shape: LlamaShape | Qwen35Shape | DeepseekV3Shape
+    init_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class TrainedRecipe:
+    """numpy initialisation, then AdamW training with stock mlx-lm model classes (subprocess with mlx).
+
+    ``mtp_train``, for ``qwen3_5``: after the target, train the MTP head against the frozen target (distillation
+    on the target's next-next-token distribution); the head is stored as ``mtp.*`` tensors.
+    """
+
+    description: str
+    arch: Literal["llama", "qwen3_5"]
+    shape: LlamaShape | Qwen35Shape
+    train: TrainSpec
+    mtp_train: TrainSpec | None = None
+
+
+@dataclass(frozen=True)
+class HeavyRecipe:
+    """``base`` plus dead layers: same outputs, a decode step costs several times more.
+
+    Dead layers have random input projections and zero output projections (``o_proj``/``out_proj``/``down_proj``),
+    so they add exactly 0 to the residual stream: logits are bit-identical to ``base``. ``intermediate_size``, if
+    given, widens every MLP (the base layers are zero-padded), which makes layers heavier but changes BLAS blocking,
+    so logits then differ in the last bits (measured max abs 5e-6; greedy text identical).
+    """
+
+    description: str
+    base: str
+    extra_layers: int
+    intermediate_size: int | None = None
+    dead_seed: int = 1
+
+
+Recipe = RandomRecipe | TrainedRecipe | HeavyRecipe
+
+
+_LLAMA_TARGET = LlamaShape(hidden_size=256, num_hidden_layers=4, intermediate_size=512, num_attention_heads=4,
+                           num_key_value_heads=2, tie_word_embeddings=False)
+_LLAMA_DRAFT = LlamaShape(hidden_size=64, num_hidden_layers=2, intermediate_size=192, num_attention_heads=2,
+                          num_key_value_heads=1, tie_word_embeddings=True)
+_QWEN35 = Qwen35Shape(hidden_size=128, num_hidden_layers=4, intermediate_size=384, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, linear_num_key_heads=1, linear_num_value_heads=2,
+                      linear_key_head_dim=32, linear_value_head_dim=32)
+_DEEPSEEK_V3 = DeepseekV3Shape(
+    hidden_size=64, num_hidden_layers=61, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
+    q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4,
+    n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=58,
+)
+
+_TARGET_TRAIN = TrainSpec(steps=240, batch_size=16, seq_len=64, learning_rate=3e-3)
+_DRAFT_TRAIN = TrainSpec(steps=300, batch_size=16, seq_len=64, learning_rate=5e-3)
+_QWEN_TRAIN = TrainSpec(steps=200, batch_size=16, seq_len=48, learning_rate=3e-3)
+_MTP_TRAIN = TrainSpec(steps=240, batch_size=16, seq_len=48, learning_rate=3e-3, passes=2)
+
+_KINDS: dict[str, Recipe] = {
+    "llama-random": RandomRecipe(
+        "llama, hidden 64, 2 layers, random weights (fp32, untied)",
+        "llama",
+        LlamaShape(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
+                   num_key_value_heads=1, tie_word_embeddings=False),
+    ),
+    "llama-draft-random": RandomRecipe(
+        "llama, hidden 64, 1 layer (tied), random weights: a drafter that is almost never accepted",
+        "llama",
+        LlamaShape(hidden_size=64, num_hidden_layers=1, intermediate_size=128, num_attention_heads=1,
+                   num_key_value_heads=1, tie_word_embeddings=True),
+    ),
+    "qwen3_5-random": RandomRecipe(
+        "qwen3_5 hybrid (3 gated-delta + 1 attention layers), hidden 128, random weights, random MTP head",
+        "qwen3_5",
+        _QWEN35,
+    ),
+    "deepseek_v3-random": RandomRecipe(
+        "deepseek_v3 (MLA + MoE), hidden 64, 61 layers (3 MoE), random weights, MTP layer 61",
+        "deepseek_v3",
+        _DEEPSEEK_V3,
+    ),
+    "llama-target": TrainedRecipe("llama target, hidden 256, 4 layers, trained on the corpus", "llama",
+                                  _LLAMA_TARGET, _TARGET_TRAIN),
+    "llama-draft": TrainedRecipe("llama drafter, hidden 64, 2 layers (tied), trained on the corpus", "llama",
+                                 _LLAMA_DRAFT, _DRAFT_TRAIN),
+    "llama-heavy": HeavyRecipe("llama-target + 28 dead layers: bit-identical logits, a decode step costs 6-10x",
+                               base="llama-target", extra_layers=28),
+    "qwen3_5-mtp": TrainedRecipe("qwen3_5 hybrid target, hidden 128, trained, with an MTP head trained against it",
+                                 "qwen3_5", _QWEN35, _QWEN_TRAIN, mtp_train=_MTP_TRAIN),
+    "qwen3_5-mtp-heavy": HeavyRecipe("qwen3_5-mtp + 40 dead layers: bit-identical logits, MTP head kept, 10x cost",
+                                     base="qwen3_5-mtp", extra_layers=40),
+}
+
+KINDS: Final[Mapping[str, Recipe]] = MappingProxyType(_KINDS)
+"""Every buildable kind, by name."""
+
+
+def is_trained(kind: str) -> bool:
+    """Whether building ``kind`` (or a kind it derives from) needs mlx."""
+    recipe = KINDS[kind]
+    if isinstance(recipe, HeavyRecipe):
+        return is_trained(recipe.base)
+    return isinstance(recipe, TrainedRecipe)
+
+
+def base_arch(kind: str) -> Arch:
+    recipe = KINDS[kind]
+    if isinstance(recipe, HeavyRecipe):
+        return base_arch(recipe.base)
+    return recipe.arch
+

@@ -1,0 +1,265 @@
+"""Probe: drive the real SlidingAttention window-state code through a random schedule and record every output.
+
+The window ring methods (SlidingAttention.decode_flash_attn decode and prefill branches, plan_state_rows /
+write_state_rows / commit_state_rows, SWAState.rewind / stash / unstash, advance_recurrent_states) run
+unmodified. Only what cannot run on CPU is replaced: the Q/K/V projections (random rows from the payload
+seed instead) and the two Triton paged-attention kernels (a torch reference below, test infrastructure, that
+reads and writes the pages exactly through the block table and sequence lengths it is given).
+
+An unbounded oracle keeps the K/V of every absolute position. Each step's output is compared bit for bit with
+attention over the oracle's rows, and its sha256 is reported so stock and patched arms can be compared.
+
+payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "causal": bool,
+          "device": "cpu"|"cuda", "kernels": "reference"|"real", "quant": [k_bits, v_bits] | null, "grid": bool,
+          "head_dim": int (16)}
+"quant" builds the cache with swa_ring_bits (the patched quantized ring); on CPU the quantized-cache kernels are
+the references in _qcache_ref.py, and "grid" draws K/V on that codec's grid so the round trip is exact.
+On a GPU (scripts/device/exllamav3_check.py) "kernels": "real" keeps the Triton kernels; outputs are then
+compared with the unbounded history within a tolerance (max_abs_vs_oracle), and bit for bit across arms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+
+from _common import emit, read_payload
+
+PAYLOAD = read_payload()
+if PAYLOAD.get("ring"):
+    os.environ["EXL3_OVL_SWA_RING"] = "1"
+
+import torch
+
+PAGE = 256
+HQ, HKV = 4, 2
+D = int(PAYLOAD.get("head_dim", 16))
+
+
+def attend(q_rows: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], scale: float) -> torch.Tensor:
+    """One query position (HQ, D) over its visible key rows, fp32 math, fp16 out."""
+    k = torch.stack(keys).float()  # (n, HKV, D)
+    v = torch.stack(values).float()
+    k = k.repeat_interleave(HQ // HKV, dim=1)
+    v = v.repeat_interleave(HQ // HKV, dim=1)
+    s = torch.einsum("hd,nhd->hn", q_rows.float(), k) * scale
+    p = torch.softmax(s, dim=-1)
+    return torch.einsum("hn,nhd->hd", p, v).half()
+
+
+def visible(qpos: int, end: int, window: tuple[int, int]) -> range:
+    left, right = window
+    return range(max(0, qpos - left), min(end, qpos + right + 1))
+
+
+def page_row(k_pages: torch.Tensor, bt_row: torch.Tensor, logical: int) -> tuple[int, int]:
+    return int(bt_row[logical // PAGE]), logical % PAGE
+
+
+def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None, window_size=(-1, -1),
+               softcap=0.0, sinks=None, max_kv_len=None, qc=None, pre_appended_len=0, n_kv_heads_override=None):
+    """Reference for paged_attn_triton_decode: append k/v at cache_seqlens through bt, attend over the pages.
+    With qc (packed quantized pages), the step's rows are already in the cache (pre_appended_len)."""
+    bsz, qlen = q.shape[:2]
+    out = torch.empty_like(q)
+    left, right = window_size
+    right = 0 if causal else right
+
+    for b in range(bsz):
+        base = int(cache_seqlens[b])
+        for r in range(qlen if qc is None else 0):
+            page, row = page_row(k_pages, bt[b], base + r)
+            k_pages[page, row].copy_(k[b, r])
+            v_pages[page, row].copy_(v[b, r])
+        end = base + qlen
+        pages = bt[b].long()[torch.arange(end) // PAGE]
+        rows = torch.arange(end) % PAGE
+        if qc is None:
+            all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
+        else:
+            from _qcache_ref import dequant_rows
+
+            sk, sv, kb, vb = qc
+            all_k = dequant_rows(k_pages[pages, rows], sk[pages, rows], kb).view(end, HKV, D)
+            all_v = dequant_rows(v_pages[pages, rows], sv[pages, rows], vb).view(end, HKV, D)
+        for r in range(qlen):
+            span = visible(base + r, end, (left, right))
+            out[b, r] = attend(q[b, r], list(all_k[span.start:span.stop]), list(all_v[span.start:span.stop]),
+                               softmax_scale)
+    return out
+
+
+def ref_prefill(q, k_cache, v_cache, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None,
+                window_size=(-1, -1), softcap=0.0, sinks=None, k_new=None, v_new=None):
+    """Reference for paged_attn_triton_prefill: keys = cache rows [0, seqlen) through bt, then k_new."""
+    bsz, qlen = q.shape[:2]
+    out = torch.empty_like(q)
+    left, right = window_size
+    right = 0 if causal else right
+    for b in range(bsz):
+        hot = int(cache_seqlens[b]) if cache_seqlens is not None else 0
+        rows_k = [k_pages[page_row(k_pages, bt[b], j)] for j in range(hot)] if hot else []
+        rows_v = [v_pages[page_row(v_pages, bt[b], j)] for j in range(hot)] if hot else []
+        rows_k += list(k_new[b])
+        rows_v += list(v_new[b])
+        for r in range(qlen):
+            span = visible(hot + r, hot + k_new.shape[1], (left, right))
+            out[b, r] = attend(q[b, r], [rows_k[j] for j in span], [rows_v[j] for j in span], softmax_scale)
+    return out
+
+
+def main() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from _common import tiny_dflash2
+    from exllamav3 import Cache, Config, Model
+    from exllamav3.cache.recurrent_util import advance_recurrent_states
+    from exllamav3.modules import sliding_attn
+
+    real_kernels = PAYLOAD.get("kernels", "reference") == "real"
+    device = torch.device(PAYLOAD.get("device", "cpu"))
+    if not real_kernels:
+        sliding_attn.paged_attn_triton_decode = ref_decode
+        sliding_attn.paged_attn_triton_prefill = ref_prefill
+        if PAYLOAD.get("quant"):
+            import _qcache_ref
+
+            _qcache_ref.install(sys.modules["exllamav3_ext"])
+    sliding_attn._bc_attn_enable = False
+
+    rnd = random.Random(PAYLOAD["seed"])
+    gen = torch.Generator().manual_seed(PAYLOAD["seed"])
+    window = PAYLOAD.get("window", 256)
+    bsz = PAYLOAD.get("bsz", 1)
+    causal = PAYLOAD.get("causal", True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        types = ["sliding_attention"]
+        directory = tiny_dflash2(Path(tmp) / "d", layers=1, layer_types=types, window=window + 1, hidden=4 * D,
+                                 kv_heads=HKV, head_dim=D)
+        config = Config.from_directory(str(directory))
+        config.is_causal = causal
+        model = Model.from_config(config)
+        cache_kwargs = {"swa_ring_bits": tuple(PAYLOAD["quant"])} if PAYLOAD.get("quant") else {}
+        cache = Cache(model, max_num_tokens=PAGE, max_batch_size=bsz + 1, **cache_kwargs)
+        layer = model.attn_modules[0]
+        assert isinstance(layer, sliding_attn.SlidingAttention)
+        layer.device = device
+        layer.q_norm = layer.k_norm = layer.v_norm = None
+        layer.rope = None
+        layer.project_o = lambda o, bsz_, seqlen_, params_: o
+        for state_layer in cache.recurrent_layers.values():
+            state_layer.alloc(device)
+        rsl = cache.get_recurrent_layer((0, 0))
+        S = layer.kv_state_size
+        win = (layer.sliding_window, layer.window_right)
+
+        states = [cache.get_new_state() for _ in range(bsz)]
+        floors = [0] * bsz
+        oracle_k: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        oracle_v: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        layer.project_qkv = lambda x, params: pending.pop()
+        digests, mismatches, counts = [], 0, {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0}
+        clones = 0
+        max_abs = 0.0
+        real_clone = torch.Tensor.clone
+
+        def counting_clone(self, *a, **kw):
+            nonlocal clones
+            clones += 1
+            return real_clone(self, *a, **kw)
+
+        torch.Tensor.clone = counting_clone
+
+        def kv_rows(*shape):
+            if PAYLOAD.get("grid"):
+                from _qcache_ref import grid_values
+
+                return grid_values(shape, 8, gen)
+            return torch.randn(*shape, generator=gen).half()
+
+        def forward(n: int) -> None:
+            nonlocal mismatches, max_abs
+            q = torch.randn(bsz, n, HQ, D, generator=gen).half()
+            k = kv_rows(bsz, n, HKV, D)
+            v = kv_rows(bsz, n, HKV, D)
+            pending.append((q.to(device), k.to(device), v.to(device), None))
+            params = {"recurrent_states": states, "causal": causal}
+            o = layer.decode_flash_attn(torch.zeros(bsz, n, 4 * D, device=device), bsz, n, params)
+            o = o.view(bsz, n, HQ, D).cpu()
+            for b, rs in enumerate(states):
+                p0 = rs.position
+                del oracle_k[b][p0:], oracle_v[b][p0:]
+                oracle_k[b] += list(k[b])
+                oracle_v[b] += list(v[b])
+                for r in range(n):
+                    span = visible(p0 + r, p0 + n, (win[0], 0 if causal else win[1]))
+                    want = attend(q[b, r], [oracle_k[b][j] for j in span], [oracle_v[b][j] for j in span],
+                                  layer.sm_scale)
+                    mismatches += int(not torch.equal(want, o[b, r]))
+                    max_abs = max(max_abs, float((want.float() - o[b, r].float()).abs().max()))
+            digests.append(hashlib.sha256(o.contiguous().numpy().tobytes()).hexdigest()[:16])
+            advance_recurrent_states(torch.zeros(bsz, n), {"recurrent_states": states}, model)
+
+        for _ in range(PAYLOAD.get("steps", 200)):
+            op = rnd.choices(["prefill", "decode", "write_back", "rewind", "stash"], [1, 10, 6, 2, 1])[0]
+            if op == "prefill":
+                forward(rnd.randint(17, min(S, 300)))
+            elif op == "decode":
+                forward(rnd.randint(1, 8))
+            elif op == "write_back":
+                # DFlash round: the drafter appends its block, then the verified rows overwrite it from the
+                # pre-block position (plan/write/commit, as dflash_update_kv_from_target does)
+                before = [rs.position for rs in states]
+                forward(8)
+                lengths = [rnd.randint(1, 8) for _ in states]
+                k = kv_rows(bsz, 8, HKV, D)
+                v = kv_rows(bsz, 8, HKV, D)
+                plan = layer.plan_state_rows(states, before, lengths, 8)
+                layer.write_state_rows(states, plan, k.to(device), v.to(device))
+                sliding_attn.SlidingAttention.commit_state_rows(states, plan)
+                for b in range(bsz):
+                    del oracle_k[b][before[b]:], oracle_v[b][before[b]:]
+                    oracle_k[b] += list(k[b, : lengths[b]])
+                    oracle_v[b] += list(v[b, : lengths[b]])
+            elif op == "rewind":
+                # Speculative rejection: at most a draft's worth, never below a restored checkpoint (a
+                # checkpoint holds the last window only; the generator resumes forward from it)
+                for b, rs in enumerate(states):
+                    rs.rewind(rnd.randint(0, min(8, rs.rollback_capacity(), rs.position - floors[b])))
+            elif op == "stash":
+                # Checkpoint round trip at a page boundary: stash, free, restore into a fresh slot
+                gap = -states[0].position % PAGE
+                if gap:
+                    forward(gap if gap <= 16 else max(gap, 17))
+                b = rnd.randrange(bsz)
+                rs = states[b]
+                if rs.position % PAGE or rs.position == 0:
+                    continue
+                stashed = rs.stash()
+                rs.free()
+                states[b] = cache.new_from_stashed(stashed, rs.position)
+                floors[b] = rs.position
+            counts[op] += 1
+
+        torch.Tensor.clone = real_clone
+        emit({
+            "digests": digests,
+            "oracle_mismatches": mismatches,
+            "max_abs_vs_oracle": max_abs,
+            "counts": counts,
+            "clones": clones,
+            "final_positions": [rs.position for rs in states],
+            "kv_state_size": S,
+            "ring": bool(getattr(layer, "ring", False)),
+            "state": type(rsl).__name__,
+            "state_bytes": int(rsl.storage_size()),
+        })
+
+
+if __name__ == "__main__":
+    main()

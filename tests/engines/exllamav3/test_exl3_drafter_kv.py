@@ -1,0 +1,172 @@
+"""Drafter KV patches: forced window, draft cache size, zero-copy ring, per-forward tables, draft cache quant,
+prefill crop, quantized ring.
+
+Every test runs the stock wheel and the patched wheel on the same inputs (CPU, extension stand-in). Several payloads
+share one probe process (run_cases) to keep the suite short.
+"""
+
+from __future__ import annotations
+
+import pytest
+from exl3_probes import probe, run_cases
+
+MIXED = ["sliding_attention", "full_attention", "full_attention"]
+TOKENS_384K = 384 * 1024
+
+
+def test_force_draft_window(arms):
+    base = {"layer_types": MIXED, "cache_tokens": TOKENS_384K}
+    (stock,) = run_cases(arms.stock, "drafter_model.py", [base])
+    off, forced, causal, refused = run_cases(arms.patched, "drafter_model.py", [
+        base,
+        {**base, "draft_window": 512},
+        {**base, "draft_window": 512, "arch": "dflash"},
+        {**base, "draft_window": 512, "swa_full": True},
+    ])
+    # off: the patched drafter is the stock drafter (module types, windows, caps, cache sizes)
+    assert off == stock
+    assert stock["paged_bytes"] == 2 * TOKENS_384K * 2 * 64 * 2 * 2  # 2 full layers x K,V x 2 heads x 64 x fp16
+
+    assert forced["modules"] == ["SlidingAttention"] * 3
+    # the checkpoint's sliding layer keeps its window; forced full layers get bidirectional (block) windows
+    assert forced["windows"] == [[255, 0], [511, 511], [511, 511]]
+    assert forced["paged_bytes"] == 0 and forced["num_layers"] == 0
+    assert forced["caps"]["recurrent_states"] is True
+    # ring per slot: kv_state_size rows x K,V x 2 heads x 64 x fp16
+    assert forced["ring_bytes"] == sum(s * 2 * 2 * 64 * 2 for s in forced["kv_state_size"])
+
+    assert causal["modules"] == ["SlidingAttention"] * 3
+    assert "swa_full" in refused["error"] and "draft_window" in refused["error"]
+
+
+def test_draft_cache_size_decoupled(arms):
+    ring_only = {"draft_layer_types": ["sliding_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
+    paged = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
+    same = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 8192}
+    stock = run_cases(arms.stock, "generator_init.py", [ring_only, paged, same])
+    patched = run_cases(arms.patched, "generator_init.py", [ring_only, paged, same])
+
+    assert stock[0]["outcome"] == "assertion"
+    # past every draft-cache check (the constructor's next step is a pinned allocation, which CPU torch refuses)
+    assert patched[0]["outcome"] == "reached pinned allocation"
+    assert patched[1:] == stock[1:]
+    assert patched[1]["message"] == "Cache and draft cache must be same size"
+
+
+RING_SCHEDULES = [
+    {"seed": 1, "window": 256, "steps": 120},
+    {"seed": 2, "window": 200, "steps": 80, "bsz": 2, "causal": False},
+]
+
+
+@pytest.mark.parametrize("schedule", RING_SCHEDULES, ids=["w256-bsz1-causal", "w200-bsz2-block"])
+def test_swa_ring_matches_stock_and_unbounded(arms, schedule):
+    stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "ring": False})
+    ring = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "ring": True})
+    assert ring["ring"] is True and stock["ring"] is False
+    # every step's attention output: ring == stock, bit for bit, and both == the unbounded history
+    assert ring["digests"] == stock["digests"]
+    assert ring["oracle_mismatches"] == 0 and stock["oracle_mismatches"] == 0
+    # the schedule wraps the ring repeatedly and exercises every operation
+    assert ring["final_positions"][0] > 2 * ring["kv_state_size"]
+    assert all(ring["counts"][op] > 0 for op in ("prefill", "decode", "write_back", "rewind", "stash"))
+    # stock shifts by copying whole slots; the ring never copies
+    assert stock["clones"] > 0 and ring["clones"] == 0
+
+
+def test_swa_ring_off_is_stock(arms):
+    schedule = {**RING_SCHEDULES[0], "steps": 60}
+    stock = arms.stock.run_json(probe("swa_ring.py"), schedule)
+    patched = arms.patched.run_json(probe("swa_ring.py"), schedule)
+    assert patched == stock
+
+
+def test_swa_tables_shared_per_forward(arms):
+    payload = {"seed": 0, "steps": 120}
+    stock = arms.stock.run_json(probe("swa_tables.py"), payload)
+    shared = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True})
+
+    def strip(doc):
+        return [[s["seqlens"], s["wshift"]] for s in doc["steps"]]
+
+    # same in-window lengths and window shifts at every step, one upload per forward instead of one per layer
+    assert strip(shared) == strip(stock)
+    assert all(s["same_across_layers"] for s in shared["steps"])
+    assert stock["uploads"] == 3 * stock["num_steps"]
+    assert shared["uploads"] == shared["num_steps"]
+    # the flag off (no ring): the stock per-layer path, whatever the caller passes
+    linear = arms.patched.run_json(probe("swa_tables.py"), {**payload, "share": True})
+    assert strip(linear) == strip(stock) and linear["uploads"] == stock["uploads"]
+
+
+def test_draft_cache_quant_arg(arms):
+    cases = [{"argv": []}, {"argv": ["-cq", "4"]}, {"argv": ["-dcq", "8"]}]
+    stock = run_cases(arms.stock, "model_init_caches.py", cases)
+    patched = run_cases(arms.patched, "model_init_caches.py", cases[:2] + [
+        {"argv": ["-cq", "4", "-dcq", "8"]},
+        {"argv": ["-dcq", "8,6", "-cca", "0.5"]},
+        {"argv": ["-cq", "8", "-dcq", "fp16"]},
+        {"argv": ["-dcq", "9"]},
+    ])
+    # unset: both arms build the same target and draft caches, fp16 or following --cache_quant
+    assert patched[:2] == stock[:2]
+    assert stock[2]["error"].startswith("argparse")
+
+    q4_q8, kv, fp16, bad = patched[2:]
+    assert q4_q8["cache"]["bits"] == [[4, 4]]
+    assert q4_q8["draft_cache"]["types"] == ["CacheLayer_quant"] and q4_q8["draft_cache"]["bits"] == [[8, 8]]
+    assert q4_q8["draft_cache"]["attached"] == 3 and q4_q8["draft_cache_refs"] == 1
+    assert kv["cache"]["types"] == ["CacheLayer_fp16"]
+    assert kv["draft_cache"]["bits"] == [[8, 6]] and kv["draft_cache"]["compand_a"] == [0.5]
+    assert fp16["draft_cache"]["types"] == ["CacheLayer_fp16"] and fp16["cache"]["bits"] == [[8, 8]]
+    assert "expected fp16" in bad["error"]
+
+
+def test_dflash_prefill_crop(arms):
+    crop = {"EXL3_OVL_DFLASH_PREFILL_CROP": "1"}
+    chunks = {"seed": 0, "chunks": [100, 2048, 37, 4096, 700, 3000]}
+    # mixed ring sizes (checkpoint sliding layer 256 + forced 1024 window): crop to the largest ring
+    mixed = {"seed": 1, "chunks": [4096, 10, 2500], "layer_types": ["sliding_attention", "full_attention"],
+             "draft_window": 1024}
+    (stock,) = run_cases(arms.stock, "dflash_prefill.py", [chunks])
+    off, cropped, cropped_ring, mixed_full, mixed_cropped = run_cases(arms.patched, "dflash_prefill.py", [
+        chunks,
+        {**chunks, "env": crop},
+        {**chunks, "env": {**crop, "EXL3_OVL_SWA_RING": "1"}},
+        mixed,
+        {**mixed, "env": crop},
+    ])
+    assert off == stock
+    assert stock["projected"]["fc_rows"] == sum(chunks["chunks"])
+    for doc in (cropped, cropped_ring):
+        # same window contents (every layer), positions and window starts after every chunk
+        assert doc["after"] == stock["after"]
+        assert doc["projected"]["fc_rows"] < stock["projected"]["fc_rows"] // 2
+    assert mixed_cropped["after"] == mixed_full["after"] and mixed_cropped["kv_state_size"] == [768, 1536]
+    assert mixed_cropped["projected"]["fc_rows"] < mixed_full["projected"]["fc_rows"]
+
+
+def test_swa_ring_q8(arms):
+    schedule = {"seed": 4, "window": 256, "steps": 50}
+    stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "grid": True})
+    q8 = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "grid": True, "ring": True, "quant": [8, 8]})
+    # K/V on the reference codec's grid: the quantized ring's bookkeeping (rows, page tables, stash of words and
+    # scales) reproduces the fp16 window exactly, step by step
+    assert q8["state"] == "SWALayerState_quant" and stock["state"] == "SWALayerState"
+    assert q8["digests"] == stock["digests"] and q8["oracle_mismatches"] == 0
+    assert q8["counts"]["stash"] > 0 and q8["counts"]["write_back"] > 0
+    assert q8["state_bytes"] * 100 // stock["state_bytes"] == 53  # 8.5 bits per value instead of 16
+
+    gauss = {"seed": 5, "window": 256, "steps": 30, "ring": True}
+    err8 = arms.patched.run_json(probe("swa_ring.py"), {**gauss, "quant": [8, 8]})["max_abs_vs_oracle"]
+    err4 = arms.patched.run_json(probe("swa_ring.py"), {**gauss, "quant": [4, 4]})["max_abs_vs_oracle"]
+    assert 0 < err8 < 0.05 < err4 < 1.0
+
+    # model_init: --draft_cache_quant reaches the drafter's rings when the ring mode is on
+    argv = ["-dw", "512", "-dcq", "8"]
+    on, off = run_cases(arms.patched, "model_init_caches.py", [
+        {"argv": argv, "env": {"EXL3_OVL_SWA_RING": "1"}}, {"argv": argv},
+    ])
+    assert on["draft_cache"]["ring_types"] == ["SWALayerState_quant"]
+    assert off["draft_cache"]["ring_types"] == ["SWALayerState"]
+    assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]

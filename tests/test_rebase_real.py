@@ -1,0 +1,102 @@
+"""Rebase and review on real upstream history: a small series written against mlx-lm 0.31.2 (tests/data/mlx-lm-0.31.2)
+moved to 0.32.2, both wheels from the package index.
+
+The five test patches were written so each lands in a known class on the real 0.31.2 -> 0.32.2 change:
+0001 make_prompt_cache (unchanged, same lines: clean), 0002 trim_prompt_cache (unchanged, 27 lines down: offset),
+0003 the top_k error message (upstream df489877 / #1377 made the same fix: upstreamed), 0004 make_sampler's min_p test
+(upstream rewrote the top_p test two lines above: merged by the 3-way merge), 0005 apply_top_p (rewritten upstream:
+conflict, resolved here the way a person would, then --continue).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from overlay.manifest import load_engine
+from overlay.series import load_series
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data" / "mlx-lm-0.31.2"
+pytestmark = pytest.mark.network
+
+
+@pytest.fixture(scope="module")
+def old_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mlx031")
+    (root / "overlays").mkdir()
+    shutil.copy(DATA / "mlx-lm.toml", root / "overlays" / "mlx-lm.toml")
+    series = root / "patches" / "mlx-lm"
+    series.mkdir(parents=True)
+    for p in DATA.iterdir():
+        if p.name == "series" or p.name.endswith(".patch"):
+            shutil.copy(p, series / p.name)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_marker.py").write_text("def test_marker():\n    pass\n")
+    (REPO / "build" / "cache").mkdir(parents=True, exist_ok=True)
+    (root / "build").mkdir()
+    (root / "build" / "cache").symlink_to(REPO / "build" / "cache")
+    return root
+
+
+def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli) -> None:
+    root = ["--root", str(old_root)]
+    assert cli(*root, "lint", "mlx-lm").code == 0  # the test series applies exactly at 0.31.2
+    r = cli(*root, "rebase", "mlx-lm", "--to", "0.32.2")
+    assert r.code == 3, r.err
+    report = old_root / "build" / "reports" / "mlx-lm-rebase.json"
+    got = [(p["name"][:4], p["class"]) for p in json.loads(report.read_text())["patches"]]
+    assert got == [("0001", "clean"), ("0002", "offset"), ("0003", "upstreamed"), ("0004", "merged"), ("0005", "conflict")]
+    offset = json.loads(report.read_text())["patches"][1]["offsets"]
+    assert offset == [{"path": "mlx_lm/models/cache.py", "hunk": 1, "from": 107, "to": 134, "offset": 27}]
+    # resolve the apply_top_p conflict as a person would: keep upstream's new body, re-add our early return
+    repo = old_root / "build" / "rebase" / "mlx-lm" / "repo"
+    target = repo / "mlx_lm" / "sample_utils.py"
+    text, n = re.subn(r"<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?>>>>>>> [^\n]*\n",
+                      lambda m: "    if top_p >= 1.0:\n        return logprobs  # nothing to filter\n" + m.group(1),
+                      target.read_text(), flags=re.DOTALL)
+    assert n == 1
+    target.write_text(text)
+    r = cli(*root, "rebase", "mlx-lm", "--continue")
+    assert r.code == 0, r.err
+    # published: the pin is the real 0.32.2 wheel (the same file the repository pins), the series moved
+    pinned = load_engine(REPO, "mlx-lm").upstream.primary
+    m = load_engine(old_root, "mlx-lm")
+    assert m.upstream.version == "0.32.2" and m.upstream.commit is None
+    assert (m.upstream.primary.filename, m.upstream.primary.sha256) == (pinned.filename, pinned.sha256)
+    series = load_series(old_root / "patches" / "mlx-lm")
+    assert series.base_version == "0.32.2"
+    assert [p.name[:4] + ":" + p.subject.split(":")[0] for p in series.patches] == [
+        "0001:cache", "0002:cache", "0003:sample_utils", "0004:sample_utils"]
+    ledger = (old_root / "patches" / "mlx-lm" / "DROPPED").read_text()
+    assert "patch: 0003-sample_utils-the-top_k-error-names-the-open-interval.patch" in ledger
+    assert "upstream-status: Backport https://github.com/ml-explore/mlx-lm/pull/1377" in ledger
+    assert "if top_p >= 1.0:" in series.patches[3].raw.decode()
+    assert cli(*root, "lint", "mlx-lm").code == 0  # every rebased patch applies exactly at 0.32.2
+
+
+def test_real_review_names_the_changed_symbols(old_root: Path, cli) -> None:
+    if load_engine(old_root, "mlx-lm").upstream.version != "0.32.2":
+        pytest.skip("needs the rebase of the previous test")
+    html = old_root / "build" / "reports" / "mlx-lm-review.html"
+    r = cli("--root", str(old_root), "review", "mlx-lm", "--from", "0.31.2", "--to", "0.32.2", "--html", str(html), "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    status = {s["symbol"]: (s["status"], s["flagged"]) for s in data["symbols"]}
+    assert status == {
+        "make_prompt_cache": ("unchanged", False),
+        "trim_prompt_cache": ("unchanged", False),
+        "apply_top_k": ("changed", False),
+        "make_sampler": ("changed", False),
+        "apply_top_p": ("rewritten", True),
+    }
+    assert [d["patch"][:4] + ":" + d["evidence"] for d in data["duplicates"]] == ["0003:reverse-applies"]
+    assert [(e["old"][:4], e["kind"], (e["new"] or "-")[:4]) for e in data["range_diff"]] == [
+        ("0001", "identical", "0001"), ("0002", "identical", "0002"), ("0003", "dropped", "-"),
+        ("0004", "context-only", "0003"), ("0005", "context-only", "0004")]
+    page = html.read_text()
+    assert "apply_top_p" in page and "0005-sample_utils-apply_top_p-returns-at-once-when-top_p-.patch" in page
