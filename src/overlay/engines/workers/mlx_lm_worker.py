@@ -100,17 +100,29 @@ def task_speed(req: dict) -> dict:
 
 
 def task_spec(req: dict) -> dict:
+    """Speculative greedy decoding. ``draft_kind`` "mtp" (patched mlx-lm only): the model drafts with its own MTP
+    head, loaded with keep_mtp, and ``draft`` is not used; ``adaptive_draft``: the patched adaptive controller."""
     import mlx.core as mx
+    from mlx_lm import load
     from mlx_lm.generate import stream_generate
 
-    model, tok = _load(req["model"])
-    draft, _ = _load(req["draft"])
+    kind = req.get("draft_kind", "model")
+    extra = {}
+    if kind == "mtp":
+        model, tok = load(req["model"], model_config={"keep_mtp": True})
+        draft = None
+        extra["draft_kind"] = "mtp"
+    else:
+        model, tok = _load(req["model"])
+        draft, _ = _load(req["draft"])
+    if req.get("adaptive_draft"):
+        extra["adaptive_draft"] = True
     results = []
     for ids in req["prompts"]:
         tokens, flags = [], []
         stats = None
         for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
-                                    num_draft_tokens=req["k"], sampler=_argmax_sampler(mx)):
+                                    num_draft_tokens=req["k"], sampler=_argmax_sampler(mx), **extra):
             tokens.append(int(resp.token))
             flags.append(bool(getattr(resp, "from_draft", False)))
             stats = getattr(resp, "spec_stats", None) or stats

@@ -1,13 +1,15 @@
 """Probe: run speculative (and serial) greedy decoding cases through one arm's mlx-lm.
 
 Payload: {"cases": [case, ...]}. A case:
-  {"id", "api": "serial" | "spec" | "stream" | "text_ids" | "rollback_unit" | "ring_unit", "target": folder, "target_config": {...} (load model_config),
+  {"id", "api": "serial" | "spec" | "stream" | "text_ids" | "rollback_unit" | "ring_unit" | "capture_unit",
+   "target": folder, "target_config": {...} (load model_config),
    "draft": folder | null, "k": num_draft_tokens, "max_tokens", "prompts": [[token ids], ...],
    "kwargs": {...} (extra keyword arguments of generate_step / speculative_generate_step / stream_generate),
    "processors": {...} | null (make_logits_processors arguments, a fresh list per prompt),
    "cache": null | {"max_kv_size": target window or null, "draft": "rotating" | "ring", "window": W, "slack": S}
    (an explicit prompt_cache: the target's cache plus one draft cache per draft layer),
-   "stats": bool (pass a SpeculativeStats where this arm has one)}
+   "stats": bool (pass a SpeculativeStats where this arm has one),
+   "no_step_capture": bool (the gated-delta layers record no per-token states: hybrid rollback by replay)}
 Result: {"cases": {id: {"runs": [{"tokens", "from_draft", "stats", "offsets", "draft_slots"}, ...]} or
 {"error": "Type: message"}}}. Only the public API is used, so the same case runs in both arms where it exists.
 """
@@ -18,9 +20,8 @@ import sys
 import traceback
 from typing import Any
 
-from spec_common import emit, log, read_payload
-
 import mlx.core as mx
+from spec_common import emit, log, read_payload
 
 _MODELS: dict[tuple[str, str], Any] = {}
 
@@ -96,6 +97,32 @@ def _rollback_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
     return {"max_abs_diff": diff, "restored_offset": offsets, "reference_offset": ref, "arrays": len(a)}
 
 
+def _capture_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+    """A 4-token update with per-token states recorded, rolled back to its first t tokens, against a cache that
+    only ever saw those t tokens (one call): max |diff| of the gated-delta states, for t = 1..3."""
+    import mlx_lm.models.cache as C
+
+    model, _ = _load(case["target"], None)
+    steps = mx.array(ids[-1:] + [3, 5, 7])
+    out = {}
+    for t in (1, 2, 3):
+        caches = [C.make_prompt_cache(model), C.make_prompt_cache(model)]
+        for c in caches:
+            model(mx.array(ids[:-1])[None], cache=c)
+        arrays = [c for c in caches[0] if isinstance(c, C.ArraysCache)]
+        for c in arrays:
+            c.capture_steps = True
+        model(steps[None], cache=caches[0])
+        for c in arrays:
+            c.capture_steps = False
+        recorded = all(c.rewind_to_step(t) for c in arrays)
+        model(steps[:t][None], cache=caches[1])
+        a = [x for c in caches[0] if isinstance(c, C.ArraysCache) for x in c.cache]
+        b = [x for c in caches[1] if isinstance(c, C.ArraysCache) for x in c.cache]
+        out[str(t)] = {"recorded": recorded, "max_abs_diff": max(float(mx.abs(x - y).max()) for x, y in zip(a, b))}
+    return out
+
+
 def _ring_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
     """A draft model on a DraftRingKVCache under a random pattern of writes and trims (trims <= slack): after each
     write the last logits must equal those of serial decoding of the kept tokens with RotatingKVCache(window)."""
@@ -141,6 +168,8 @@ def _run_one(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
         return _rollback_unit(case, ids)
     if case["api"] == "ring_unit":
         return _ring_unit(case, ids)
+    if case["api"] == "capture_unit":
+        return _capture_unit(case, ids)
     target, tokenizer = _load(case["target"], case.get("target_config"))
     draft = _load(case["draft"], None)[0] if case.get("draft") else None
     kwargs = dict(case.get("kwargs") or {})
@@ -195,15 +224,33 @@ def _run_one(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
     return out
 
 
+def _without_step_capture() -> Any:
+    """Make the gated-delta ops path ignore per-step state recording (the rollback falls back to a replay)."""
+    import mlx_lm.models.gated_delta as gd
+
+    original = gd.gated_delta_ops
+
+    def ops(q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any = None, mask: Any = None,
+            step_states: Any = None) -> Any:
+        return original(q, k, v, g, beta, state, mask)
+
+    gd.gated_delta_ops = ops
+    return lambda: setattr(gd, "gated_delta_ops", original)
+
+
 def main() -> None:
     payload = read_payload()
     results: dict[str, Any] = {}
     for case in payload["cases"]:
+        undo = _without_step_capture() if case.get("no_step_capture") else None
         try:
             results[case["id"]] = {"runs": [_run_one(case, ids) for ids in case["prompts"]]}
-        except Exception as exc:  # reported to the test, which decides whether the arm may fail here
+        except Exception as exc:  # noqa: BLE001 - reported to the test, which decides whether the arm may fail
             log(traceback.format_exc())
             results[case["id"]] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            if undo is not None:
+                undo()
     emit({"cases": results})
 
 
