@@ -2,7 +2,7 @@
 # Set up and run the whole test suite on a fresh machine (README's second command; .ci/run calls this).
 #   - Debian packages the tests use: git, OpenBLAS (mlx on CPU), Chromium (HTML report tests).
 #   - a virtualenv at .venv with the project and its test extras;
-#   - pytest over tests/ (GPU-only tests are deselected; they run from scripts/device/).
+#   - pytest over tests/ (GPU-only tests are deselected: they run from scripts/device/; `long` ones: scripts/test_long.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +20,5 @@ fi
 
 python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-exec .venv/bin/pytest -m "not gpu" "$@"
+if [ $# -gt 0 ] && [ "$1" = "-m" ]; then exec .venv/bin/pytest "$@"; fi
+exec .venv/bin/pytest -m "not gpu and not long" "$@"

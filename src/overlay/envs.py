@@ -11,8 +11,6 @@ half-built one (killed run) is removed and rebuilt. A file lock keeps parallel t
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -20,13 +18,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from overlay.errors import ExternalCommandError, UsageError
-from overlay.fsutil import sha256_file
+from overlay.fsutil import file_lock, sha256_file
 from overlay.manifest import Manifest
 from overlay.progress import NullReporter, Reporter
 
@@ -118,17 +116,6 @@ def _site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{v.major}.{v.minor}" / "site-packages"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _base_python() -> str:
     """The interpreter new venvs are made from (the base one when we run inside a venv)."""
     return getattr(sys, "_base_executable", None) or sys.executable
@@ -165,7 +152,7 @@ def deps_env(root: Path, manifest: Manifest, *, reporter: Reporter | None = None
     reqs = list(manifest.runtime.requirements)
     key = hashlib.sha256(json.dumps([ENV_SCHEMA, sys.version, reqs]).encode()).hexdigest()[:12]
     venv = venvs_dir(root) / f"{manifest.name}-deps-{key}"
-    with _locked(venvs_dir(root) / f".{venv.name}.lock"):
+    with file_lock(venvs_dir(root) / f".{venv.name}.lock"):
         if (venv / READY).is_file():
             return venv
         shutil.rmtree(venv, ignore_errors=True)
@@ -199,14 +186,14 @@ def arm_env(
 
     version = str(WheelName.parse(wheel.name).version)
     env = runtime_env(root, manifest)
-    with _locked(venvs_dir(root) / f".{venv.name}.lock"):
+    with file_lock(venvs_dir(root) / f".{venv.name}.lock"):
         if not (venv / READY).is_file():
             shutil.rmtree(venv, ignore_errors=True)
             reporter.step("env", f"installing {wheel.name} into {venv.name}")
             _run([_base_python(), "-m", "venv", "--without-pip", str(venv)], f"creating the venv {venv}")
             try:
                 site = _site_packages(venv)
-                (site / "_overlay_deps.pth").write_text(str(_site_packages(deps)) + "\n")
+                (site / "_overlay_deps.pth").write_text(str(_site_packages(deps).resolve()) + "\n")  # .pth: absolute
                 _run(
                     [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
                      "--no-deps", "--no-index", "--no-compile", str(wheel)],

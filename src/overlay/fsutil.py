@@ -117,6 +117,21 @@ def clean_stale_scratch(parent: Path) -> int:
 
 
 @contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (flock) on ``path``, held for the ``with`` block: parallel processes building the same
+    cached thing (a venv, a model) wait for each other instead of racing."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def owned_scratch(parent: Path, prefix: str) -> Iterator[Path]:
     """Like :func:`scratch_dir`, but marks the directory with our pid so a later run can clean it if we are killed."""
     clean_stale_scratch(parent)

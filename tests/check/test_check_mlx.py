@@ -58,7 +58,12 @@ def test_check_mlx_lm_passes_on_the_shipped_series(cli) -> None:
 def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "overlays", root / "overlays")
-    shutil.copytree(REPO / "patches" / "mlx-lm", root / "patches" / "mlx-lm")
+    # a two-patch series: the shipped 0001 (exact) and a deliberately inexact change claimed exact
+    (root / "patches" / "mlx-lm").mkdir(parents=True)
+    shipped = (REPO / "patches" / "mlx-lm" / "series").read_text().splitlines()
+    first = next(line for line in shipped[1:] if line.startswith("0001-"))
+    shutil.copy(REPO / "patches" / "mlx-lm" / first, root / "patches" / "mlx-lm" / first)
+    (root / "patches" / "mlx-lm" / "series").write_text(f"{shipped[0]}\n{first}\n")
     shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "build").mkdir()
     for d in ("cache", "venvs", "models"):
@@ -80,7 +85,7 @@ def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli)
     assert report["verdict"] == "fail"
     failing = {g["subject"] for g in report["gates"] if not g["passed"]}
     last = report["series"]["patches"][-1]["name"]
-    assert last in failing and "series" in failing
+    assert failing == {last, "series"}  # the series is exact too (0001 + 0002), and it differs
     rows = report["per_patch"]
     assert len(rows) == n
     assert all(row["logits_vs_previous"]["bit_identical"] for row in rows[:-1])

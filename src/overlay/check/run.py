@@ -71,9 +71,11 @@ def series_class(patches: Sequence[Patch]) -> str:
 def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models) -> tuple[list[dict[str, Any]], list[list[int]]]:
     from overlay import tinymodels
 
-    prompts = [{"category": c, "text": t} for c, t in tinymodels.all_prompts()]
-    ids = adapter.run(arm, {"task": "tokenize", "model": str(models.target), "prompts": [p["text"] for p in prompts]})["ids"]
-    return prompts, ids
+    prompts: list[dict[str, Any]] = [{"category": c, "text": t} for c, t in tinymodels.all_prompts()]
+    res = adapter.run(arm, {"task": "tokenize", "model": str(models.target), "prompts": [p["text"] for p in prompts]})
+    for p, ids in zip(prompts, res["ids"]):
+        p["vocab_size"] = res.get("vocab_size")
+    return prompts, res["ids"]
 
 
 def teacher_sequences(adapter: EngineAdapter, arm: Arm, models: Models, *, positions: int, seq_len: int) -> list[list[int]]:
@@ -351,12 +353,19 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
             report["greedy"], noise_greedy = None, None
         logits = noise_logits = None
         if "logits" in tasks:
-            seqs = teacher_sequences(adapter, stock, models, positions=options.positions, seq_len=options.seq_len)
+            positions = options.positions
+            cap = getattr(adapter, "max_positions", None)
+            if cap is not None and positions > cap:
+                report["notes"].append(f"teacher-forced positions capped at {cap} for {manifest.name} (the engine "
+                                       "returns full-vocabulary logprobs through its API, which is slow on CPU)")
+                positions = cap
+            seqs = teacher_sequences(adapter, stock, models, positions=positions, seq_len=options.seq_len)
             reporter.step("check", f"logits: teacher-forced, {sum(len(s) - 1 for s in seqs)} positions, 3 arms")
             files: dict[str, list[str]] = {}
             for arm in (stock, patched, stock_b):
                 (tmp / f"l-{arm.name}").mkdir()
                 files[arm.name] = adapter.run(arm, {"task": "logits", "model": str(models.target), "sequences": seqs,
+                                                    "vocab_size": prompts[0].get("vocab_size"),
                                                     "out": str(tmp / f"l-{arm.name}")})["files"]
             logits = logit_agreement(files["stock"], files["patched"], seqs)
             noise_logits = logit_agreement(files["stock"], files["stock-b"], seqs)
@@ -406,12 +415,16 @@ def _spec_protocol(adapter: EngineAdapter, stock: Arm, patched: Arm, models: Mod
     if models.draft is not None:
         drafts["real"] = models.draft
     out: dict[str, Any] = {"k": options.num_draft, "max_tokens": options.max_tokens, "prompts": len(prompt_ids)}
-    for label, draft in drafts.items():
-        reporter.step("check", f"speculative: {label} draft, k={options.num_draft}, stock and patched")
+    per_arm: dict[str, dict[str, Any]] = {}
+    for arm in (stock, patched):
+        reporter.step("check", f"speculative: {', '.join(drafts)} drafts, k={options.num_draft}, {arm.name} arm")
+        per_arm[arm.name] = adapter.run(arm, {"task": "spec", "model": str(models.target),
+                                              "drafts": {k: str(v) for k, v in drafts.items()}, "prompts": prompt_ids,
+                                              "k": options.num_draft, "max_tokens": options.max_tokens})["drafts"]
+    for label in drafts:
         entry: dict[str, Any] = {}
         for arm in (stock, patched):
-            run = adapter.run(arm, {"task": "spec", "model": str(models.target), "draft": str(draft),
-                                    "prompts": prompt_ids, "k": options.num_draft, "max_tokens": options.max_tokens})
+            run = per_arm[arm.name][label]
             entry[arm.name] = spec_summary(run, options.num_draft)
             serial = greedy_runs.get(arm.name, {}).get("outputs") if greedy_runs else None
             if serial is not None:
@@ -442,6 +455,7 @@ def _per_patch(root: Path, manifest: Manifest, adapter: EngineAdapter, stock: Ar
         if "logits" in tasks:
             (tmp / f"pl-{arm.name}").mkdir(exist_ok=True)
             logits_files[arm.name] = adapter.run(arm, {"task": "logits", "model": str(models.target), "sequences": seqs,
+                                                       "vocab_size": prompts[0].get("vocab_size"),
                                                        "out": str(tmp / f"pl-{arm.name}")})["files"]
     samples = speed_runs(adapter, arms, models, prompt_ids[0] * 4, reps=max(1, options.reps), decode_tokens=options.decode_tokens,
                          reporter=reporter, cold=False) if "speed" in tasks else None

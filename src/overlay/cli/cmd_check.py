@@ -19,7 +19,7 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
     p.add_argument("--model", type=Path, help="a real checkpoint folder (default: a bundled tiny model)")
     p.add_argument("--draft", type=Path, help="a drafter checkpoint for the 'real draft' run (default: bundled)")
-    p.add_argument("--target-kind", help="bundled target model kind (see `python -m overlay.tinymodels list`)")
+    p.add_argument("--target-kind", help="bundled target model kind (see `overlay models list`)")
     p.add_argument("--draft-kind", help="bundled drafter kind")
     p.add_argument("--per-patch", action="store_true",
                    help="also build the cumulative prefixes (1..N patches) and attribute speed and outputs to each patch")

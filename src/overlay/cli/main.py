@@ -72,12 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.execute(args)
         return result
     except OverlayError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"ERROR {exc.message}", file=sys.stderr)
-        if exc.tip:
-            print(f"TIP {exc.tip}", file=sys.stderr)
-        return exc.return_code
+        from overlay.cli.output import print_error
+
+        return print_error(exc, debug=args.debug)
     except KeyboardInterrupt:
         print("ERROR interrupted; nothing was published (scratch files are removed on the next run)", file=sys.stderr)
         return 130

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from typing import Any, TextIO
 
+from overlay.errors import OverlayError
 from overlay.progress import Stage
 
 
@@ -30,6 +32,16 @@ class StepReporter:
 
 def emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def print_error(exc: OverlayError, *, debug: bool) -> int:
+    """``ERROR message`` and ``TIP tip`` on stderr (a traceback with --debug); returns the error's exit code."""
+    if debug:
+        traceback.print_exc()
+    print(f"ERROR {exc.message}", file=sys.stderr)
+    if exc.tip:
+        print(f"TIP {exc.tip}", file=sys.stderr)
+    return exc.return_code
 
 
 def reporter_for(args: Any) -> StepReporter:

@@ -1,32 +1,55 @@
-"""SGLang adapter (CPU engine path; see docs/engines/sglang.md). Filled in with the CPU harness."""
+"""SGLang adapter: the CPU engine path (docs/engines/sglang.md): SGLANG_USE_CPU_ENGINE, torch CPU, torchvision kept
+from import and a pure-torch stand-in for the sgl_kernel CPU ops (all test infrastructure, from the manifest's
+[runtime]). Greedy identity, teacher-forced logits (capped positions), STANDALONE speculative acceptance, speed and
+cold start run through workers/sglang_worker.py in each arm."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from overlay.engines import Models, register
+from overlay.engines import WORKERS, Models, register
 from overlay.engines.exllamav3 import run_patch_tests
 from overlay.envs import Arm
 from overlay.errors import UsageError
 from overlay.progress import Reporter
 
+DEFAULT_TARGET = "llama-target"
+DEFAULT_DRAFT = "llama-draft"
+
 
 class SglangAdapter:
     engine = "sglang"
+    worker = WORKERS / "sglang_worker.py"
+    max_positions = 4096  # full-vocabulary input logprobs go through the engine's API: slow on CPU
 
     def unavailable(self, arm: Arm) -> str | None:
-        return "the SGLang CPU engine adapter is not wired yet"
+        proc = arm.run(["-c", "import sglang.srt.server_args"], timeout=600)
+        if proc.returncode != 0:
+            return f"sglang does not import in the arm: {proc.stderr.strip()[-400:]}"
+        return None
 
     def tasks(self) -> tuple[str, ...]:
-        return ()
+        return ("greedy", "logits", "spec", "speed", "cold")
 
     def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
                target_kind: str | None = None, draft_kind: str | None = None) -> Models:
-        raise UsageError("not wired yet")
+        from overlay import tinymodels
+
+        if model is not None:
+            if not (model / "config.json").is_file():
+                raise UsageError(f"--model {model} is not a model folder (no config.json)")
+            return Models(target=model, draft=draft)
+        tk, dk = target_kind or DEFAULT_TARGET, draft_kind or DEFAULT_DRAFT
+        reporter.step("model", f"bundled tiny models: target {tk}, draft {dk} (trained with the stock mlx-lm arm)")
+        python = tinymodels.stock_mlx_python(root, reporter=reporter)
+        target = tinymodels.build(tk, root=root, python=python, reporter=reporter)
+        real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)
+        return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)
 
     def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
-        raise UsageError("not wired yet")
+        result: dict[str, Any] = arm.run_json(self.worker, request, timeout=timeout or 3600)
+        return result
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         return run_patch_tests(root, "sglang", reporter)

@@ -9,10 +9,8 @@ process was killed), so an interrupted build never leaves half a model where :fu
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -22,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,7 +28,7 @@ from typing import Any, Final
 import numpy as np
 
 from overlay.errors import ExternalCommandError, UsageError
-from overlay.fsutil import owned_scratch, sha256_file
+from overlay.fsutil import file_lock, owned_scratch, sha256_file
 from overlay.progress import NullReporter, Reporter
 from overlay.tinymodels import weights as W
 from overlay.tinymodels.corpus import CORPUS_VERSION, documents
@@ -145,7 +143,7 @@ def build(
     final = model_dir(kind, root=root, seed=seed)
     if (final / MANIFEST).is_file():
         return final
-    with _locked(models_dir(root) / ".locks" / f"{final.name}.lock"):
+    with file_lock(models_dir(root) / ".locks" / f"{final.name}.lock"):
         if (final / MANIFEST).is_file():
             return final
         if final.exists():  # not published by us (no manifest): never trust it
@@ -167,17 +165,6 @@ def build(
 
 
 # ----------------------------------------------------------------------------------------------- shared pieces
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _write_json(path: Path, data: Any) -> None:

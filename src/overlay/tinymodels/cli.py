@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,21 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_build(args: argparse.Namespace) -> int:
-    root = _root(args.root)
-    reporter = _StderrReporter(args.quiet)
-    python: Path | None = None
-    if args.python == "stock":
-        python = stock_mlx_python(root, reporter=reporter)
-    elif args.python:
-        python = Path(args.python)
-    path = build(args.kind, root=root, seed=args.seed, python=python, reporter=reporter)
+def run_build(*, root: Path, kind: str, seed: int = 0, python: str | None = None, quiet: bool = False) -> int:
+    """Build ``kind`` (or find it) and print its folder; shared by ``overlay models build``."""
+    reporter = _StderrReporter(quiet)
+    interp: Path | None = None
+    if python == "stock":
+        interp = stock_mlx_python(root, reporter=reporter)
+    elif python:
+        interp = Path(python)
+    path = build(kind, root=root, seed=seed, python=interp, reporter=reporter)
     print(path)
     return 0
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    root = args.root.resolve() if args.root else None
+def run_list(*, root: Path | None, as_json: bool) -> int:
+    """List the kinds (with cache state when ``root`` is given); shared by ``overlay models list``."""
     rows = []
     for kind, recipe in KINDS.items():
         row = {"kind": kind, "trained": is_trained(kind), "description": recipe.description}
@@ -80,7 +79,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             row["dir"] = str(model_dir(kind, root=root))
             row["built"] = is_built(kind, root=root)
         rows.append(row)
-    if args.json:
+    if as_json:
         print(json.dumps({"version": 1, "kinds": rows}, indent=2))
         return 0
     for row in rows:
@@ -97,11 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        return _cmd_build(args) if args.command == "build" else _cmd_list(args)
+        if args.command == "build":
+            return run_build(root=_root(args.root), kind=args.kind, seed=args.seed, python=args.python, quiet=args.quiet)
+        return run_list(root=args.root.resolve() if args.root else None, as_json=args.json)
     except OverlayError as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"ERROR {exc.message}", file=sys.stderr)
-        if exc.tip:
-            print(f"TIP {exc.tip}", file=sys.stderr)
-        return exc.return_code
+        from overlay.cli.output import print_error
+
+        return print_error(exc, debug=args.debug)

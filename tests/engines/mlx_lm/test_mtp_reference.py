@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
+from overlay import tinymodels
 from overlay.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "mtp_reference.py"
 MAX_TOKENS = 48
 K = (1, 3)
-MIN_ACCEPTANCE = 0.3  # measured 0.89 (k=1) and 0.69 (k=3); a head that drafts at random accepts ~0
+MIN_ACCEPTANCE = 0.3  # measured on these 6 prompts: 114/170 (k=1), 155/384 (k=3); a random head accepts ~0
 
 
 @pytest.fixture(scope="module")
 def reference(arms: Arms, repo_root: Path) -> dict[str, Any]:
-    tinymodels = pytest.importorskip("overlay.tinymodels")
     model = tinymodels.build("qwen3_5-mtp", root=repo_root, python=arms.stock.python)
     prompts = [p for category in ("prose", "code", "repetitive") for p in tinymodels.PROMPTS[category][:2]]
     payload = {"model": str(model), "reference": str(Path(tinymodels.__file__).parent), "prompts": prompts,

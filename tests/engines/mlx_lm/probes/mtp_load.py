@@ -7,7 +7,8 @@ Payload: {"models": {family: model info from mtp_build}, "tokens": [ids], "keep"
 Result per family:
 - "sanitized": {name: digest} of ``model.sanitize(raw checkpoint tensors)`` (unloaded model of the same class);
 - "params": {name: digest} of the parameters of the loaded model; "logits": digest of its logits on ``tokens``;
-  "primitives": sorted primitive names of the logits graph (``mx.export_to_dot``);
+  "primitives": sorted primitive names of the logits graph of ``model(tokens)`` (``mx.export_to_dot``) and
+  "primitives_inner" those of ``lm_head(inner_model(tokens))`` built from the same modules (stock's ``__call__``);
 - with ``keep`` (patched arm): "mtp" = what the attached head is and does (names, shapes, caches, weight sharing,
   return_hidden, cached vs uncached passes, trim and redo).
 """
@@ -132,11 +133,15 @@ def main() -> None:
         model, _ = load_model(model_dir, model_config={"keep_mtp": True} if keep else None)
         logits = model(tokens)
         graph = primitives(logits)  # before evaluation: an evaluated array has no graph
+        owner = model.get("language_model", model)
+        hidden = owner.model(tokens)
+        inner = owner.lm_head(hidden) if "lm_head" in owner else owner.model.embed_tokens.as_linear(hidden)
         entry: dict[str, Any] = {
             "sanitized": digests(clean.items()),
             "params": digests(tree_flatten(model.parameters())),
             "logits": digest(logits),
             "primitives": graph,
+            "primitives_inner": primitives(inner),
         }
         if keep:
             entry["mtp"] = describe_mtp(model, tokens, info, raw, clean)
