@@ -193,7 +193,7 @@ def arm_env(
             _run([_base_python(), "-m", "venv", "--without-pip", str(venv)], f"creating the venv {venv}")
             try:
                 site = _site_packages(venv)
-                (site / "_overlay_deps.pth").write_text(str(_site_packages(deps)) + "\n")
+                (site / "_overlay_deps.pth").write_text(str(_site_packages(deps).resolve()) + "\n")  # .pth: absolute
                 _run(
                     [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
                      "--no-deps", "--no-index", "--no-compile", str(wheel)],

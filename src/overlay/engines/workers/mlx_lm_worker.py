@@ -100,19 +100,28 @@ def task_speed(req: dict) -> dict:
 
 
 def task_spec(req: dict) -> dict:
+    """Speculative greedy decoding, once per draft in ``drafts`` (label -> draft model folder, or "mtp": the model
+    drafts with its own MTP head, patched mlx-lm only, loaded with keep_mtp). ``adaptive_draft``: the patched
+    adaptive controller."""
     import mlx.core as mx
+    from mlx_lm import load
     from mlx_lm.generate import stream_generate
 
-    model, tok = _load(req["model"])
+    uses_mtp = "mtp" in req["drafts"].values()
+    model, tok = load(req["model"], model_config={"keep_mtp": True}) if uses_mtp else _load(req["model"])
+    extra = {"adaptive_draft": True} if req.get("adaptive_draft") else {}
     drafts: dict = {}
     for label, path in req["drafts"].items():
-        draft, _ = _load(path)
+        if path == "mtp":
+            draft, kind = None, {"draft_kind": "mtp"}
+        else:
+            draft, kind = _load(path)[0], {}
         results = []
         for ids in req["prompts"]:
             tokens, flags = [], []
             stats = None
             for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
-                                        num_draft_tokens=req["k"], sampler=_argmax_sampler(mx)):
+                                        num_draft_tokens=req["k"], sampler=_argmax_sampler(mx), **extra, **kind):
                 tokens.append(int(resp.token))
                 flags.append(bool(getattr(resp, "from_draft", False)))
                 stats = getattr(resp, "spec_stats", None) or stats
