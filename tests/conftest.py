@@ -9,9 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import World, add_two_patches, make_world  # noqa: E402
-
 from overlay.cli.main import main  # noqa: E402
+from support import World, add_two_patches, make_world  # noqa: E402
 
 
 @dataclass

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from support import World
 
 GOLDEN = Path(__file__).parent / "golden" / "demo-wheel.txt"

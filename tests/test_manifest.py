@@ -3,10 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import World
 
 from overlay.errors import ConfigError
 from overlay.manifest import load_engine, load_manifest
+from support import World
 
 REPO = Path(__file__).resolve().parents[1]
 

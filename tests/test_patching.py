@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from support import CORE_PY, World, git
 
 from overlay.errors import ConfigError, IntegrityError, PatchError
 from overlay.patching import DirTree, MemoryTree, apply_patch
 from overlay.series import load_series
+from support import CORE_PY, World, git
 
 
 def tree_with(core: str) -> MemoryTree:

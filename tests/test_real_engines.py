@@ -19,9 +19,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import GIT_ENV
 
 from overlay.manifest import load_engine
+from support import GIT_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.network

@@ -179,8 +179,10 @@ def test_tree_id_matches_git(tmp_path: Path) -> None:
     env = {**GIT_ENV}
     import os
 
-    run = lambda *a: subprocess.run(["git", *a], cwd=repo, env={**os.environ, **env}, capture_output=True,
-                                    check=True).stdout.decode().strip()
+    def run(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=repo, env={**os.environ, **env}, capture_output=True,
+                              check=True).stdout.decode().strip()
+
     run("init", "-q")
     run("add", "-A")
     assert tree_id(files) == run("write-tree")

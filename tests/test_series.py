@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from support import World, git
 
 from overlay.errors import ConfigError, IntegrityError
 from overlay.series import check_trailers, load_series, parse_patch, parse_patch_bytes
+from support import World, git
 
 
 def test_parses_format_patch_headers_trailers_and_hunks(world2: World) -> None:

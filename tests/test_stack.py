@@ -5,10 +5,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support import GIT_ENV, World, git
 
 from overlay.errors import UsageError
 from overlay.stack import checkout, refresh
+from support import GIT_ENV, World, git
 
 
 def snapshot(folder: Path) -> dict[str, str]:

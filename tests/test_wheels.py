@@ -5,10 +5,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import make_wheel
 
 from overlay.errors import IntegrityError
 from overlay.wheels import read_wheel, set_version, write_wheel
+from support import make_wheel
 
 FILES = {"demo_pkg/__init__.py": b"X = 1\n", "demo_pkg/native.so": bytes(range(256))}
 

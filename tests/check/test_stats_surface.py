@@ -6,7 +6,6 @@ import pytest
 from overlay.check import stats
 from overlay.check.html import render
 from overlay.check.surface import compare, module_surface
-from overlay.patching import MemoryTree
 
 
 def test_kld_top1_and_dnll_on_known_distributions() -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from overlay.cli.output import emit_json
 from overlay.cli.main import resolve_root
+from overlay.cli.output import emit_json
 from overlay.errors import OverlayError
 from overlay.manifest import engine_names, load_engine
 

@@ -26,9 +26,9 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.tinymodels.cli import run_build, run_list
-
     import importlib.util
+
+    from overlay.tinymodels.cli import run_build, run_list
 
     root = resolve_root(args)
     if args.models_command == "build":

@@ -78,7 +78,6 @@ def task_speed(req: dict) -> dict:
 
     def run() -> tuple[float, float, float]:
         t0 = time.perf_counter()
-        c0 = time.process_time()
         t_first = None
         c_first = 0.0
         count = 0
