@@ -9,22 +9,14 @@ the earlier plain refusal of the flag (patch "refuse max_kv_size with a draft mo
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
 TOKENS = 64
 WINDOW = 16
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 def test_max_kv_size_with_draft_matches_serial(arms: Arms, models: dict[str, str]) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
@@ -52,12 +52,6 @@ SHIFTS = {
     "recover": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05],
                 "alpha": [[0, 0.0], [128, 0.85]]},
 }
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 @pytest.fixture(scope="module")

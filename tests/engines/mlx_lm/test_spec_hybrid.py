@@ -12,23 +12,16 @@ tokens, bit for bit.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
 TOKENS = 64
 STATE_TOL = 1e-5
 DRAFTS = ("hybrid", "hybrid-noisy", "hybrid-random")
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 @pytest.fixture(scope="module")

@@ -10,22 +10,14 @@ speculation stay identical.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
 TOKENS = 64
 PENALTY = {"repetition_penalty": 1.3, "repetition_context_size": 20}
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 def test_processors_see_prompt(arms: Arms, models: dict[str, str]) -> None:

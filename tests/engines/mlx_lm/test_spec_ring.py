@@ -15,11 +15,10 @@ stays trimmable. Checks (numerics lossless: the target decides every token):
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
@@ -27,12 +26,6 @@ TOKENS = 64
 WINDOWS = (8, 16, 64)
 SLACK = 4
 LOGITS_TOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 @pytest.fixture(scope="module")

@@ -29,12 +29,6 @@ def spec_prompts(seed: int = 0, lengths: tuple[int, ...] = (8, 20, 40), vocab: i
 
 
 @pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
-
-
-@pytest.fixture(scope="module")
 def runs(arms: Arms, models: dict[str, str]) -> dict[str, Any]:
     prompts = spec_prompts()
     base = {"target": models["qwen3"], "draft": models["qwen3-noisy"], "k": K, "max_tokens": TOKENS,

@@ -10,11 +10,10 @@ tokens); the patch must give exactly the serial tokens in every configuration (n
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spec_stats import BUILD, RUN, spec_prompts
+from test_spec_stats import RUN, spec_prompts
 
 from overlay.envs import Arms
 
@@ -29,12 +28,6 @@ def _configs(models: dict[str, str]) -> list[tuple[str, str, str, int | None]]:
     for draft in ("gemma-noisy", "gemma"):
         out.append((f"gemma/{draft}", models["gemma"], models[draft], None))
     return out
-
-
-@pytest.fixture(scope="module")
-def models(arms: Arms, repo_root: Path) -> dict[str, str]:
-    built: dict[str, str] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
-    return built
 
 
 @pytest.fixture(scope="module")

@@ -20,17 +20,14 @@ written too, so ``mlx_lm.load`` and ``mlx_lm.convert`` work.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+from build_once import build_once
 from mlx.utils import tree_flatten
 from mtp_common import emit, log, read_payload
 
@@ -214,24 +211,17 @@ def cached_build(out: Path, families: list[str], seed: int) -> dict[str, Any]:
         h.update((here / name).read_bytes())
     h.update(json.dumps([families, seed, importlib.metadata.version("mlx"),
                          importlib.metadata.version("mlx-lm")]).encode())
-    final = out / f"mtp-families-{h.hexdigest()[:12]}"
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (final / "models.json").is_file():
-            shutil.rmtree(final, ignore_errors=True)
-            scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=out))
-            try:
-                models = {}
-                for i, family in enumerate(families):
-                    log(f"mtp_build: {family}")
-                    models[family] = build(family, scratch / family, seed + i)
-                    models[family]["dir"] = str(final / family)
-                (scratch / "models.json").write_text(json.dumps(models, indent=1, sort_keys=True))
-                os.replace(scratch, final)
-            except BaseException:
-                shutil.rmtree(scratch, ignore_errors=True)
-                raise
+    name = f"mtp-families-{h.hexdigest()[:12]}"
+
+    def make(scratch: Path) -> None:
+        models = {}
+        for i, family in enumerate(families):
+            log(f"mtp_build: {family}")
+            models[family] = build(family, scratch / family, seed + i)
+            models[family]["dir"] = str(out / name / family)
+        (scratch / "models.json").write_text(json.dumps(models, indent=1, sort_keys=True))
+
+    final = build_once(out, name, make)
     models_json: dict[str, Any] = json.loads((final / "models.json").read_text())
     return models_json
 

@@ -182,32 +182,21 @@ MODELS: dict[str, dict[str, Any]] = {
 
 def build_set(out: str) -> dict[str, str]:
     """Build :data:`MODELS` under ``out/spec-<key>/`` (key: this file and the mlx / mlx-lm versions), once."""
-    import fcntl
     import hashlib
     import importlib.metadata
-    import os
-    import shutil
-    import tempfile
+
+    from build_once import build_once
 
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(json.dumps([importlib.metadata.version("mlx"), importlib.metadata.version("mlx-lm")]).encode())
-    root = Path(out)
-    final = root / f"spec-{h.hexdigest()[:12]}"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (final / "models.json").is_file():
-            shutil.rmtree(final, ignore_errors=True)
-            scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-            try:
-                for name, spec in MODELS.items():
-                    spec = dict(spec)
-                    if spec.get("like"):
-                        spec["like"] = str(scratch / spec["like"])
-                    build(str(scratch / name), **spec)
-                (scratch / "models.json").write_text(json.dumps(sorted(MODELS)))
-                os.replace(scratch, final)
-            except BaseException:
-                shutil.rmtree(scratch, ignore_errors=True)
-                raise
+
+    def make(scratch: Path) -> None:
+        for name, spec in MODELS.items():
+            spec = dict(spec)
+            if spec.get("like"):
+                spec["like"] = str(scratch / spec["like"])
+            build(str(scratch / name), **spec)
+        (scratch / "models.json").write_text(json.dumps(sorted(MODELS)))
+
+    final = build_once(Path(out), f"spec-{h.hexdigest()[:12]}", make)
     return {name: str(final / name) for name in MODELS}
