@@ -175,33 +175,41 @@ def logit_agreement(ref_files: list[str], cand_files: list[str], seqs: list[list
     return stats.summarize(out)
 
 
-def spec_summary(run: dict[str, Any], k: int) -> dict[str, Any]:
-    """Acceptance from one spec run. Exact counters when the engine reports them (patched mlx-lm does), else derived
-    from the per-token ``from_draft`` flags: every verify cycle emits its accepted drafts then one target token."""
-    accepted = cycles = drafted = 0
-    exact = True
-    for r in run["results"]:
-        s = r.get("stats")
-        if s and {"accepted", "drafted", "cycles"} <= set(s):
-            accepted += int(s["accepted"])
-            drafted += int(s["drafted"])
-            cycles += int(s["cycles"])
-        else:
-            exact = False
-            flags = r["from_draft"]
-            a = sum(flags)
-            c = len(flags) - a
-            accepted += a
-            cycles += c
-            drafted += c * k
+def _acceptance(accepted: int, drafted: int, cycles: int) -> dict[str, Any]:
     return {
         "accepted": accepted,
         "drafted": drafted,
         "cycles": cycles,
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "acceptance_length": (accepted + cycles) / cycles if cycles else 0.0,
-        "counters": "engine" if exact else "derived from from_draft flags (an estimate: the last cycle may draft fewer)",
     }
+
+
+def spec_summary(run: dict[str, Any], k: int, *, engine_counters: bool = True) -> dict[str, Any]:
+    """Acceptance from one spec run: the engine's exact counters when it reports them for every prompt (patched
+    mlx-lm does) and ``engine_counters`` is set, else derived from the per-token ``from_draft`` flags (every verify
+    cycle emits its accepted drafts then one target token; an estimate: the last cycle may draft fewer). Engine
+    counters, when present, are also kept under ``engine``."""
+    flag_a = flag_c = 0
+    eng = [0, 0, 0]
+    exact = True
+    for r in run["results"]:
+        flags = r["from_draft"]
+        flag_a += sum(flags)
+        flag_c += len(flags) - sum(flags)
+        s = r.get("stats")
+        if s and {"accepted", "drafted", "cycles"} <= set(s):
+            eng = [eng[0] + int(s["accepted"]), eng[1] + int(s["drafted"]), eng[2] + int(s["cycles"])]
+        else:
+            exact = False
+    engine = _acceptance(*eng) if exact and run["results"] else None
+    if engine is not None and engine_counters:
+        return {**engine, "counters": "engine", "engine": engine}
+    out = {**_acceptance(flag_a, flag_c * k, flag_c),
+           "counters": "derived from from_draft flags (an estimate: the last cycle may draft fewer)"}
+    if engine is not None:
+        out["engine"] = engine
+    return out
 
 
 def speed_runs(adapter: EngineAdapter, arms: Sequence[Arm], models: Models, prompt: list[int], *, reps: int,
@@ -262,7 +270,7 @@ def gates_for(cls: str, *, greedy: dict[str, Any] | None, logits: dict[str, Any]
         if greedy is not None:
             gate("greedy identical", greedy["identical"], f"{greedy['identical_count']}/{greedy['prompts']} prompts")
         if spec is not None and "self" in spec:
-            rate = spec["self"]["patched"]["acceptance_rate"]
+            rate = spec["self"]["patched"].get("engine", spec["self"]["patched"])["acceptance_rate"]
             gate("self-draft acceptance >= 0.98", rate >= 0.98, f"rate {rate:.3f}")
     else:
         if logits is not None and logits.get("positions"):
@@ -423,9 +431,11 @@ def _spec_protocol(adapter: EngineAdapter, stock: Arm, patched: Arm, models: Mod
                                               "k": options.num_draft, "max_tokens": options.max_tokens})["drafts"]
     for label in drafts:
         entry: dict[str, Any] = {}
+        # Like with like: engine counters only when both arms report them, else both from the from_draft flags.
+        both = all(r.get("stats") for arm in (stock, patched) for r in per_arm[arm.name][label]["results"])
         for arm in (stock, patched):
             run = per_arm[arm.name][label]
-            entry[arm.name] = spec_summary(run, options.num_draft)
+            entry[arm.name] = spec_summary(run, options.num_draft, engine_counters=both)
             serial = greedy_runs.get(arm.name, {}).get("outputs") if greedy_runs else None
             if serial is not None:
                 same = [r["tokens"] == s[: len(r["tokens"])] and len(r["tokens"]) > 0 for r, s in zip(run["results"], serial)]

@@ -93,6 +93,10 @@ def table_lines(report: dict[str, Any]) -> list[str]:
                 lines.append(f"spec {label:<5} k={sp['k']}: acceptance stock {s['acceptance_rate']:.3f} (AL "
                              f"{s['acceptance_length']:.2f}) patched {p['acceptance_rate']:.3f} (AL {p['acceptance_length']:.2f})"
                              f"; patched identical to serial: {sp[label].get('patched_identical_to_serial')}")
+                if p.get("counters") != "engine" and "engine" in p:
+                    e = p["engine"]
+                    lines.append(f"           (both from from_draft flags; patched engine counters: rate "
+                                 f"{e['acceptance_rate']:.3f}, AL {e['acceptance_length']:.2f})")
     s = report.get("speed")
     if s:
         for metric, key in (("decode", "decode_tok_s"), ("decode_cpu", "decode_cpu_tok_s"), ("prefill", "prefill_tok_s"),
