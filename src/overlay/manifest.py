@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     parse_sdist_filename,
     parse_wheel_filename,
 )
@@ -140,6 +138,14 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 }
 _ARTIFACT_KEYS = {"filename": str, "sha256": str, "url": str}
 
+
+
+def artifact_name_parts(filename: str) -> tuple[str, Version]:
+    """(distribution, version) from a wheel or sdist file name; ValueError (packaging's) when it is neither."""
+    if filename.endswith(".whl"):
+        dist, version, _build, _tags = parse_wheel_filename(filename)
+        return dist, version
+    return parse_sdist_filename(filename)
 
 def _closest(key: str, known: list[str]) -> str:
     match = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
@@ -282,11 +288,8 @@ def _parse_artifact(index: int, raw: Any, path: Path, *, distribution: str, vers
     if "/" in filename or "\\" in filename:
         raise ConfigError(f"{path}: {where}filename {filename!r} must be a bare file name")
     try:
-        if filename.endswith(".whl"):
-            dist, fver, _build, _tags = parse_wheel_filename(filename)
-        else:
-            dist, fver = parse_sdist_filename(filename)
-    except (InvalidWheelFilename, InvalidSdistFilename) as exc:
+        dist, fver = artifact_name_parts(filename)
+    except ValueError as exc:
         raise ConfigError(f"{path}: {where}filename {filename!r} is not a wheel or sdist name: {exc}") from None
     from packaging.utils import canonicalize_name
 

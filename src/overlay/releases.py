@@ -18,10 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
     canonicalize_name,
-    parse_sdist_filename,
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
@@ -29,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from overlay.errors import ExternalCommandError, IntegrityError, UsageError
 from overlay.fetch import _download_url, cache_dir, cached_path, fetch_artifact, pip_download_args
 from overlay.fsutil import atomic_write_json, owned_scratch, sha256_file
-from overlay.manifest import Artifact, Manifest
+from overlay.manifest import Artifact, Manifest, artifact_name_parts
 from overlay.progress import NullReporter, Reporter
 
 
@@ -205,11 +202,8 @@ def _download_pip(target: Manifest, old: Artifact, scratch: Path) -> Path:
 
 def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
     try:
-        if filename.endswith(".whl"):
-            dist, version, _b, _t = parse_wheel_filename(filename)
-        else:
-            dist, version = parse_sdist_filename(filename)
-    except (InvalidWheelFilename, InvalidSdistFilename) as exc:
+        dist, version = artifact_name_parts(filename)
+    except ValueError as exc:
         raise IntegrityError(f"{filename!r} is not a wheel or sdist file name: {exc}") from None
     if filename.endswith(".whl") != wheel:
         raise IntegrityError(f"{filename}: expected a{' wheel' if wheel else 'n sdist'} like the pinned artifact")

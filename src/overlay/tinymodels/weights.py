@@ -65,13 +65,9 @@ def generation_config() -> dict[str, Any]:
     return {**_special_ids(), "do_sample": False, "_from_model_config": False}
 
 
-# --------------------------------------------------------------------------------------------------- llama
-
-
-def llama_config(shape: LlamaShape) -> dict[str, Any]:
+def _dense_dims(shape: LlamaShape | Qwen35Shape) -> dict[str, Any]:
+    """The size keys that Llama and Qwen3.5 configs share, in their config.json order."""
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
         "vocab_size": VOCAB_SIZE,
         "hidden_size": shape.hidden_size,
         "intermediate_size": shape.intermediate_size,
@@ -79,6 +75,17 @@ def llama_config(shape: LlamaShape) -> dict[str, Any]:
         "num_attention_heads": shape.num_attention_heads,
         "num_key_value_heads": shape.num_key_value_heads,
         "head_dim": shape.head_dim,
+    }
+
+
+# --------------------------------------------------------------------------------------------------- llama
+
+
+def llama_config(shape: LlamaShape) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **_dense_dims(shape),
         "hidden_act": "silu",
         "max_position_embeddings": shape.max_position_embeddings,
         "rms_norm_eps": shape.rms_norm_eps,
@@ -148,13 +155,7 @@ def qwen35_config(shape: Qwen35Shape) -> dict[str, Any]:
     mrope_section = [half - 2 * (half // 4), half // 4, half // 4]
     text_config = {
         "model_type": "qwen3_5_text",
-        "vocab_size": VOCAB_SIZE,
-        "hidden_size": shape.hidden_size,
-        "intermediate_size": shape.intermediate_size,
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
-        "head_dim": shape.head_dim,
+        **_dense_dims(shape),
         "linear_num_key_heads": shape.linear_num_key_heads,
         "linear_num_value_heads": shape.linear_num_value_heads,
         "linear_key_head_dim": shape.linear_key_head_dim,

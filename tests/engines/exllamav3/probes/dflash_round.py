@@ -11,7 +11,7 @@ or {"cases": [...]}
 
 from __future__ import annotations
 
-from _common import run_cases
+from _common import run_cases, staging_buffers
 
 
 def case(payload: dict) -> dict:
@@ -65,13 +65,8 @@ def case(payload: dict) -> dict:
         return SimpleNamespace(is_prefill_done=lambda: True, get_max_seq_len=lambda: pos + 1, sequences=[seq],
                                time_first_token=1.0, get_input_ids_list=lambda: [anchor])
 
-    staging: dict = {}
-
-    def _staging(name, rows, width=None, dtype=torch.int32):
-        key = (name, width)
-        if key not in staging or staging[key].shape[0] < rows:
-            staging[key] = torch.zeros((max(rows, 32),) if width is None else (max(rows, 32), width), dtype=dtype)
-        return staging[key][:rows]
+    _staging = staging_buffers(32)
+    staging = _staging.buffers
 
     fake = SimpleNamespace(
         active_jobs=[job(i) for i in range(bsz)], _staging=_staging, draft_model=drafter, draft_cache="draft-cache",

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import torch
-from _common import run_cases
+from _common import run_cases, staging_buffers
 from _devsim import dev, host
 
 
@@ -122,13 +122,7 @@ def case(payload: dict) -> dict:
                                sequences=[seq], time_first_token=1.0, get_input_ids_list=ids, state=state,
                                recurrent_state=SimpleNamespace(draft=None))
 
-    staging: dict = {}
-
-    def _staging(name, rows, width=None, dtype=torch.int32):
-        key = (name, width)
-        if key not in staging or staging[key].shape[0] < rows:
-            staging[key] = torch.zeros((max(rows, 4),) if width is None else (max(rows, 4), width), dtype=dtype)
-        return staging[key][:rows]
+    _staging = staging_buffers(4)
 
     bsz = payload.get("bsz", 2)
     jobs = [job(i) for i in range(bsz + 1)]

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import torch
-from _common import run_cases
+from _common import run_cases, staging_buffers
 
 
 def _selection_checks(seed: int) -> dict:
@@ -85,13 +85,7 @@ def case(payload: dict) -> dict:
                                time_first_token=1.0, get_input_ids_list=lambda: [torch.tensor([[anchor]])],
                                mtp_last_hidden=torch.zeros((1, 1, 8)))
 
-    staging: dict = {}
-
-    def _staging(name, rows, width=None, dtype=torch.int32):
-        key = (name, width)
-        if key not in staging or staging[key].shape[0] < rows:
-            staging[key] = torch.zeros((max(rows, 4),) if width is None else (max(rows, 4), width), dtype=dtype)
-        return staging[key][:rows]
+    _staging = staging_buffers(4)
 
     lm = SimpleNamespace(prepare_for_device=lambda x, params: x)
     fake = SimpleNamespace(

@@ -9,45 +9,13 @@ Prints {"version": 1, "decode": {variant: {family: {"s_per_tok", "cpu_per_tok", 
 
 from __future__ import annotations
 
-import importlib
-import os
 import time
-from typing import Any, Self
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from fused_common import emit, ensure_model, greedy_step_primitives, load, log, prompt_tokens, read_payload
-
-
-class _Settings:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.env = spec.get("env", {})
-        self.globals = spec.get("globals", {})
-        self.saved_env: dict[str, str | None] = {}
-        self.saved: list[tuple[Any, str, Any]] = []
-
-    def __enter__(self) -> Self:
-        self.saved_env = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        for key, value in self.globals.items():
-            mod_name, attr = key.split(":")
-            try:
-                mod = importlib.import_module(mod_name)
-            except ImportError:
-                continue
-            if hasattr(mod, attr):
-                self.saved.append((mod, attr, getattr(mod, attr)))
-                setattr(mod, attr, value)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for mod, attr, value in reversed(self.saved):
-            setattr(mod, attr, value)
-        for k, v in self.saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from fused_common import ensure_model, greedy_step_primitives, load, prompt_tokens
+from probe_io import emit, log, read_payload, settings
 
 
 def _decode(model: Any, tokens: int) -> tuple[float, float]:
@@ -82,7 +50,7 @@ def _sampler(vocab: list[int], reps: int) -> dict[str, Any]:
         lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         mx.eval(lp)
         for name, (kw, env) in configs.items():
-            with _Settings({"env": env}):
+            with settings({"env": env}):
                 sampler = make_sampler(**kw)
                 for _ in range(3):
                     mx.eval(sampler(lp))
@@ -135,7 +103,7 @@ def _prefill(root: str, n: int, reps: int, variants: dict[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     path = ensure_model(root, "llama_mid", quantize={"group_size": 64, "bits": 4})
     for name, spec in variants.items():
-        with _Settings(spec):
+        with settings(spec):
             model = load(path)
         mx.eval(model(prompt_tokens(0, 16)[None]))  # warm
         times = []
@@ -156,7 +124,7 @@ def main() -> None:
         for vname, spec in p["variants"].items():
             res["decode"][vname] = {}
             for fam in p["families"]:
-                with _Settings(spec):
+                with settings(spec):
                     model = load(ensure_model(p["root"], fam))
                     prims = greedy_step_primitives(model, prompt_tokens(0, 24))["total"]
                     s_per_tok, cpu_per_tok = _decode(model, p["tokens"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -171,20 +170,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def log(*args: Any) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def read_payload() -> dict[str, Any]:
-    text = sys.stdin.read()
-    return json.loads(text) if text.strip() else {}
-
-
-def emit(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc) + "\n")
-    sys.stdout.flush()
-
-
 def patched_flavour() -> str:
     """``ovl`` when the installed mlx-lm is an overlay build (local version label), else ``stock``."""
     from importlib.metadata import version
@@ -297,11 +282,17 @@ def greedy_step_primitives(model: nn.Module, prompt: mx.array) -> dict[str, Any]
     return calls[1]
 
 
-def logits_rollout(model: nn.Module, prompt: mx.array, steps: int) -> tuple[np.ndarray, list[int]]:
-    """Prefill ``prompt`` then ``steps`` greedy decode steps; the last-position logits of each step (fp32)."""
+def logits_rollout(model: nn.Module, prompt: mx.array, steps: int, chunk: int = 0) -> tuple[np.ndarray, list[int]]:
+    """Prefill ``prompt`` (in chunks of ``chunk`` tokens when set) then ``steps`` greedy decode steps; the
+    last-position logits of each step (fp32)."""
     from mlx_lm.models.cache import make_prompt_cache
 
     cache = make_prompt_cache(model)
+    if chunk:
+        while prompt.size - chunk > 0:
+            model(prompt[None, :chunk], cache=cache)
+            mx.eval([c.state for c in cache])
+            prompt = prompt[chunk:]
     logits = model(prompt[None], cache=cache)[:, -1, :]
     rows = []
     toks = []

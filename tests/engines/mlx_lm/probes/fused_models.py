@@ -16,8 +16,6 @@ batching, "applied" (globals that exist in this arm).
 
 from __future__ import annotations
 
-import importlib
-import os
 from pathlib import Path
 from typing import Any, Self
 
@@ -25,54 +23,13 @@ import mlx.core as mx
 import numpy as np
 from fused_common import (
     count_primitives,
-    emit,
     ensure_model,
     greedy_step_primitives,
     load,
-    log,
+    logits_rollout,
     prompt_tokens,
-    read_payload,
 )
-
-
-def _set_globals(spec: dict[str, Any]) -> tuple[list[str], list[tuple[Any, str, Any]]]:
-    applied, saved = [], []
-    for key, value in spec.items():
-        mod_name, attr = key.split(":")
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        if hasattr(mod, attr):
-            saved.append((mod, attr, getattr(mod, attr)))
-            setattr(mod, attr, value)
-            applied.append(key)
-    return applied, saved
-
-
-def _restore(saved: list[tuple[Any, str, Any]]) -> None:
-    for mod, attr, value in reversed(saved):
-        setattr(mod, attr, value)
-
-
-def _rollout(model: Any, prompt: mx.array, steps: int, chunk: int) -> tuple[np.ndarray, list[int]]:
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    if chunk:
-        while prompt.size - chunk > 0:
-            model(prompt[None, :chunk], cache=cache)
-            mx.eval([c.state for c in cache])
-            prompt = prompt[chunk:]
-    logits = model(prompt[None], cache=cache)[:, -1, :]
-    rows, toks = [], []
-    for _ in range(steps):
-        mx.eval(logits)
-        rows.append(np.array(logits.astype(mx.float32))[0])
-        tok = int(mx.argmax(logits, axis=-1).item())
-        toks.append(tok)
-        logits = model(mx.array([[tok]], dtype=mx.uint32), cache=cache)[:, -1, :]
-    return np.stack(rows), toks
+from probe_io import emit, env_override, log, patched_globals, read_payload
 
 
 def _greedy(model: Any, seed: int, length: int, n: int) -> list[int]:
@@ -175,38 +132,28 @@ class _IndexRecorder:
 
 def run_case(case: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
-    saved_env = {k: os.environ.get(k) for k in case.get("env", {})}
-    os.environ.update(case.get("env", {}))
-    applied, saved = _set_globals(case.get("globals", {}))
-    res["applied"] = applied
-    try:
-        path = ensure_model(root, case["family"], quantize=case.get("quantize"))
-        model = load(path)
-        res["layer_types"] = sorted({type(m).__name__ for m in model.modules()})
-        for k, v in saved_env.items():  # the env is read while loading only
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with patched_globals(case.get("globals", {})) as applied:
+        res["applied"] = applied
+        with env_override(case.get("env", {})):  # the env is read while loading only
+            path = ensure_model(root, case["family"], quantize=case.get("quantize"))
+            model = load(path)
+            res["layer_types"] = sorted({type(m).__name__ for m in model.modules()})
         if case.get("count"):
             res["primitives"] = greedy_step_primitives(model, prompt_tokens(0, case.get("prompt_len", 24)))[
                 "total"
             ]
             toggled = {}
             for label, spec in case.get("count_toggles", {}).items():
-                app, sv = _set_globals(spec)
-                try:
+                with patched_globals(spec) as app:
                     if app:
                         toggled[label] = greedy_step_primitives(
                             model, prompt_tokens(0, case.get("prompt_len", 24))
                         )["total"]
-                finally:
-                    _restore(sv)
             res["toggled"] = toggled
         if case.get("steps"):
             if case.get("index_sets"):
                 with _IndexRecorder() as rec:
-                    logits, toks = _rollout(
+                    logits, toks = logits_rollout(
                         model, prompt_tokens(1, case["prompt_len"]), case["steps"], case.get("chunk", 0)
                     )
                 res["index_sets"] = []
@@ -215,7 +162,7 @@ def run_case(case: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
                     np.save(f, arr)
                     res["index_sets"].append(str(f))
             else:
-                logits, toks = _rollout(
+                logits, toks = logits_rollout(
                     model, prompt_tokens(1, case["prompt_len"]), case["steps"], case.get("chunk", 0)
                 )
             f = out / f"{case['id']}-logits.npy"
@@ -231,13 +178,6 @@ def run_case(case: dict[str, Any], root: Path, out: Path) -> dict[str, Any]:
         if case.get("spec"):
             drafts = [load(ensure_model(root, name)) for name in case["spec"]["drafts"]]
             res["spec"] = _spec(model, drafts, case["spec"])
-    finally:
-        _restore(saved)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return res
 
 

@@ -24,7 +24,8 @@ from typing import Any
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
-from mtp_common import digest, emit, log, read_payload
+from mtp_common import digest
+from probe_io import emit, log, read_payload
 
 
 def make(src: Path, dst: Path) -> dict[str, Any]:

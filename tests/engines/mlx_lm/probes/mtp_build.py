@@ -29,7 +29,7 @@ from typing import Any
 import mlx.core as mx
 from build_once import build_once
 from mlx.utils import tree_flatten
-from mtp_common import emit, log, read_payload
+from probe_io import emit, log, read_payload
 
 VOCAB = 128
 H = 64

@@ -6,28 +6,12 @@ A probe reads one JSON payload on stdin and prints one JSON document on stdout; 
 from __future__ import annotations
 
 import hashlib
-import json
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
-
-
-def read_payload() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(sys.stdin.read() or "{}")
-    return data
-
-
-def emit(result: Any) -> None:
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
-    sys.stdout.flush()
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def digest(array: mx.array) -> str:

@@ -22,7 +22,8 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mtp_common import build_model, digest, digests, emit, log, raw_weights, read_payload
+from mtp_common import build_model, digest, digests, raw_weights
+from probe_io import emit, log, read_payload
 
 
 def primitives(*arrays: mx.array) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mtp_common import emit, log, read_payload
+from probe_io import emit, log, read_payload
 
 
 def serial(model: Any, prompt: list[int], max_tokens: int) -> list[int]:

@@ -21,7 +21,8 @@ from typing import Any
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
-from mtp_common import digest, digests, emit, log, read_payload
+from mtp_common import digest, digests
+from probe_io import emit, log, read_payload
 
 
 def _sha256(path: Path) -> str:

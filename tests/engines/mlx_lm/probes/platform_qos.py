@@ -15,7 +15,8 @@ import sys
 import threading
 from typing import Any
 
-from fused_common import emit, ensure_model, greedy_tokens, load, log, prompt_tokens, read_payload
+from fused_common import ensure_model, greedy_tokens, load, prompt_tokens
+from probe_io import emit, log, read_payload
 
 
 class _FakeLibc:

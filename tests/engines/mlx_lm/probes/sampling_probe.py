@@ -14,12 +14,12 @@ Log-probabilities: seeded normal logits times ``scale``, normalized.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from fused_common import count_primitives, emit, log, read_payload
+from fused_common import count_primitives
+from probe_io import emit, env_override, log, read_payload
 
 
 def _logprobs(vocab: int, scale: float, seed: int = 0) -> mx.array:
@@ -33,16 +33,8 @@ def _logprobs(vocab: int, scale: float, seed: int = 0) -> mx.array:
 def _make(config: dict[str, Any], env: dict[str, str]) -> Any:
     from mlx_lm.sample_utils import make_sampler
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with env_override(env):
         return make_sampler(**config)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _exact(lp: mx.array, config: dict[str, Any]) -> np.ndarray:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import mlx.core as mx
-from spec_common import emit, read_payload
+from probe_io import emit, read_payload
 
 
 def main() -> None:

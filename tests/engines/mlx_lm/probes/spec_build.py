@@ -5,7 +5,8 @@ Payload: {"out": folder}. Result: {"models": {name: folder}} (see spec_common.MO
 
 from __future__ import annotations
 
-from spec_common import build_set, emit, read_payload
+from probe_io import emit, read_payload
+from spec_common import build_set
 
 if __name__ == "__main__":
     emit({"models": build_set(read_payload()["out"])})

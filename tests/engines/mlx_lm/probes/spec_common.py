@@ -10,7 +10,6 @@ acceptance), ``random`` (another seed: almost never accepted).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,6 @@ from mlx import nn
 from mlx.utils import tree_flatten, tree_map
 
 VOCAB = 256
-
-
-def log(*args: Any) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def read_payload() -> dict[str, Any]:
-    return json.loads(sys.stdin.read() or "{}")
-
-
-def emit(doc: Any) -> None:
-    print(json.dumps(doc))
 
 
 def _llama(layers: int = 2, hidden: int = 64, **extra: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import importlib
 import random
 from typing import Any
 
-from spec_common import emit, read_payload
+from probe_io import emit, read_payload
 
 
 def _alpha_at(phases: list[list[float]], token: int) -> float:

@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 import mlx.core as mx
-from spec_common import emit, log, read_payload
+from probe_io import emit, log, read_payload
 
 _MODELS: dict[tuple[str, str], Any] = {}
 

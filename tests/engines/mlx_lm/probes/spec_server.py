@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from spec_common import emit, read_payload
+from probe_io import emit, read_payload
 
 
 def _free_port() -> int:

@@ -24,8 +24,21 @@ __version__ = "0.0.0+overlay.cpu.standin"
 OVERLAY_TEST_BACKEND = True
 
 
-def _rows(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor) -> list[int]:
+def _rows(req_pool_indices: torch.Tensor) -> list[int]:
     return [int(i) for i in req_pool_indices.tolist()]
+
+
+def _packed_spans(
+    req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor
+) -> list[tuple[int, slice, slice]]:
+    """Per request: its ``req_to_token`` row, the span ``[s, e)`` in that row, and where it sits in a buffer that packs
+    every request's span in batch order."""
+    spans, cursor = [], 0
+    for row, s, e in zip(_rows(req_pool_indices), start_offset.tolist(), end_offset.tolist()):
+        n = int(e) - int(s)
+        spans.append((row, slice(int(s), int(e)), slice(cursor, cursor + n)))
+        cursor += n
+    return spans
 
 
 # --- cache-location bookkeeping -------------------------------------------------------------------------------
@@ -40,11 +53,8 @@ def assign_req_to_token_pool_cpu(
     pool_len: int,
 ) -> None:
     """Write request i's new slots ``out_cache_loc`` (packed, in batch order) into ``req_to_token[row_i, s:e]``."""
-    cursor = 0
-    for row, s, e in zip(_rows(req_to_token, req_pool_indices), start_offset.tolist(), end_offset.tolist()):
-        n = int(e) - int(s)
-        req_to_token[row, int(s) : int(e)] = out_cache_loc[cursor : cursor + n].to(req_to_token.dtype)
-        cursor += n
+    for row, span, packed in _packed_spans(req_pool_indices, start_offset, end_offset):
+        req_to_token[row, span] = out_cache_loc[packed].to(req_to_token.dtype)
 
 
 def assign_extend_cache_locs_cpu(
@@ -56,11 +66,8 @@ def assign_extend_cache_locs_cpu(
     pool_len: int,
 ) -> None:
     """Gather ``req_to_token[row_i, s:e]`` of every request into ``out_cache_loc``, packed in batch order."""
-    cursor = 0
-    for row, s, e in zip(_rows(req_to_token, req_pool_indices), start_offset.tolist(), end_offset.tolist()):
-        n = int(e) - int(s)
-        out_cache_loc[cursor : cursor + n] = req_to_token[row, int(s) : int(e)].to(out_cache_loc.dtype)
-        cursor += n
+    for row, span, packed in _packed_spans(req_pool_indices, start_offset, end_offset):
+        out_cache_loc[packed] = req_to_token[row, span].to(out_cache_loc.dtype)
 
 
 def assign_draft_cache_locs_contiguous_cpu(
@@ -74,7 +81,7 @@ def assign_draft_cache_locs_contiguous_cpu(
 ) -> None:
     """Request i's draft slots are ``topk * num_steps`` consecutive entries of its row from ``seq_lens[i]`` on."""
     width = int(topk) * int(num_steps)
-    for i, (row, start) in enumerate(zip(_rows(req_to_token, req_pool_indices), seq_lens.tolist())):
+    for i, (row, start) in enumerate(zip(_rows(req_pool_indices), seq_lens.tolist())):
         out_cache_loc[i * width : (i + 1) * width] = req_to_token[row, int(start) : int(start) + width].to(
             out_cache_loc.dtype
         )
@@ -89,7 +96,7 @@ def build_draft_decode_metadata_cpu(
     pool_len: int,
 ) -> torch.Tensor:
     """One ``req_to_token`` row per draft candidate: the committed prefix, then the candidate's own draft slots."""
-    rows = _rows(req_to_token, req_pool_indices)
+    rows = _rows(req_pool_indices)
     out = torch.zeros((len(rows) * int(topk), int(pool_len)), dtype=req_to_token.dtype)
     for i, (row, length) in enumerate(zip(rows, seq_lens.tolist())):
         length = int(length)
@@ -327,7 +334,7 @@ def decode_attention_cpu(
         loc = cache_loc.to(torch.long)
         k_buffer[loc] = k.reshape(loc.shape[0], *k_buffer.shape[1:]).to(k_buffer.dtype)
         v_buffer[loc] = v.reshape(loc.shape[0], *v_buffer.shape[1:]).to(v_buffer.dtype)
-    for i, (row, length) in enumerate(zip(_rows(req_to_token, req_pool_indices), seq_lens.tolist())):
+    for i, (row, length) in enumerate(zip(_rows(req_pool_indices), seq_lens.tolist())):
         idx = req_to_token[row, : int(length)].to(torch.long)
         out = _attend(q[i : i + 1], k_buffer[idx], v_buffer[idx], scaling, logit_cap, None)
         o[i] = out[0].to(o.dtype)
@@ -367,7 +374,7 @@ def extend_attention_cpu(
         tree_mask=tree_mask is not None,
         kv_scales=(key_scale or 1.0) != 1.0 or (value_scale or 1.0) != 1.0,
     )
-    rows = _rows(req_to_token, req_pool_indices)
+    rows = _rows(req_pool_indices)
     for row, length, ext, start in zip(rows, seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()):
         length, ext, start = int(length), int(ext), int(start)
         idx = req_to_token[row, :length].to(torch.long)
