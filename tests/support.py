@@ -31,6 +31,7 @@ Overlay-Theme: other
 Overlay-Numerics: exact
 Overlay-Check: tests/test_demo.py::test_demo
 Upstream-Status: Pending
+Overlay-Flag: default
 """
 
 CORE_PY = textwrap.dedent(

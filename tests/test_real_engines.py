@@ -80,7 +80,7 @@ def test_real_engine_end_to_end(real_root: Path, engine: str, cli) -> None:
     idx = text.index(anchor)
     target.write_text(text[:idx] + line + text[idx:])
     msg = (f"test: mark {rel}\n\nAn integration-test edit of a real upstream file.\n\nOverlay-Theme: other\n"
-           "Overlay-Numerics: exact\nOverlay-Check: tests/test_marker.py::test_marker\nUpstream-Status: Inappropriate test only\n")
+           "Overlay-Numerics: exact\nOverlay-Check: tests/test_marker.py::test_marker\nUpstream-Status: Inappropriate test only\nOverlay-Flag: default\n")
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
     assert cli("--root", str(real_root), "-q", "refresh", engine).code == 0
     lint = cli("--root", str(real_root), "lint", engine)

@@ -75,7 +75,7 @@ def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli)
                                                "            out = self.lm_head(out) * 1.0001\n", 1))
     msg = ("llama: scale logits (a deliberately inexact change)\n\nTest fixture: claims exact but is not.\n\n"
            "Overlay-Theme: other\nOverlay-Numerics: exact\nOverlay-Check: tests/check/test_check_mlx.py::"
-           "test_per_patch_attributes_a_numerics_change_and_exits_4\nUpstream-Status: Inappropriate test fixture\n")
+           "test_per_patch_attributes_a_numerics_change_and_exits_4\nUpstream-Status: Inappropriate test fixture\nOverlay-Flag: default\n")
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
     assert cli("--root", str(root), "-q", "refresh", "mlx-lm").code == 0
     n = len((root / "patches" / "mlx-lm" / "series").read_text().splitlines()) - 1
