@@ -17,15 +17,26 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from overlay import gitops
+from overlay.archive_policy import (
+    MemberKind,
+    MemberPolicy,
+    check_member_name,
+    check_members,
+    check_patches,
+    git_kind,
+    tar_kind,
+)
 from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, PatchError, UsageError
 from overlay.fetch import fetch_artifact
-from overlay.fsutil import atomic_write_json, owned_scratch, safe_relpath
-from overlay.manifest import Artifact, Manifest, load_engine
+from overlay.fsutil import atomic_write_json, owned_scratch, publish_file, safe_relpath
+from overlay.inputs import check_name
+from overlay.lint import Problem, static_problems
+from overlay.manifest import Artifact, Manifest, check_engine_name, load_engine
 from overlay.patching import DirTree, MemoryTree, apply_series
 from overlay.progress import NullReporter, Reporter
 from overlay.provenance import PROVENANCE_FILE, build_provenance, dumps, local_version
 from overlay.series import Patch, Series, load_series
-from overlay.wheels import WheelContents, read_wheel, retag, set_version, write_wheel
+from overlay.wheels import WheelContents, read_wheel, retag, set_version, write_wheel, zip_date_time
 
 Source = Literal["pypi", "git"]
 
@@ -42,8 +53,23 @@ def build_dir(root: Path) -> Path:
     return root / "build"
 
 
+_OUT_TIP = "pass --out DIR naming a folder you can write to (it is created when missing)"
+
+
+def check_out_dir(out_dir: Path, *, what: str = "--out") -> None:
+    """Refuse an output folder the wheel cannot be written into: a file, below a file, or not writable."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{what} {out_dir} is a file, not a folder", tip=_OUT_TIP)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{what} {out_dir} cannot be created: {exc.strerror or exc}", tip=_OUT_TIP) from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {out_dir} is not writable", tip=_OUT_TIP)
+
+
 def default_out_dir(root: Path, engine: str) -> Path:
-    return build_dir(root) / "wheels" / engine
+    return build_dir(root) / "wheels" / check_engine_name(engine)
 
 
 def load_engine_series(root: Path, manifest: Manifest, *, check_folder: bool = True) -> Series:
@@ -54,7 +80,7 @@ def load_engine_series(root: Path, manifest: Manifest, *, check_folder: bool = T
             f"{series_dir.relative_to(root) if series_dir.is_relative_to(root) else series_dir}/series does not exist",
             tip=f"create it: first line `# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}`",
         )
-    series = load_series(series_dir, check_folder=check_folder)
+    series = load_series(series_dir, check_folder=check_folder, root=root)
     if series.engine != manifest.name or series.base_version != manifest.upstream.version:
         raise ConfigError(
             f"{series_dir}/series is based on {series.engine} {series.base_version}, but {manifest.path.name} pins "
@@ -87,13 +113,19 @@ def apply_engine(
     artifact_name: str | None = None,
     prebuilt: bool = False,
     prebuilt_python: Path | None = None,
+    allow_unlinted: bool = False,
     reporter: Reporter | None = None,
 ) -> BuildResult:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
     series = load_engine_series(root, manifest)
     patches = check_upto(series, upto)
+    check_patches(patches, package_root=manifest.upstream.package_root)
+    unlinted = lint_gate(root, manifest, series, patches, allow_unlinted=allow_unlinted)
+    out_what = "--out" if out_dir else "the output folder"
     out_dir = out_dir or default_out_dir(root, engine)
+    check_out_dir(out_dir, what=out_what)  # before the work: a read-only --out, or one that is a file, fails now
+    zip_date_time()  # and so does a SOURCE_DATE_EPOCH that is not a number (before python -m build sees it)
     if prebuilt and manifest.prebuilt is None:
         raise UsageError(f"{manifest.path.name} has no [prebuilt] table: {engine} has nothing to precompile")
     with owned_scratch(build_dir(root) / "tmp", f"apply-{engine}") as scratch:
@@ -107,7 +139,8 @@ def apply_engine(
             source_info: dict[str, Any] = {"kind": "artifact", "filename": artifact.filename}
             prov_artifact = artifact
         elif source == "git":
-            url = git_url or manifest.upstream.git
+            url = gitops.check_url(git_url or manifest.upstream.git,
+                                   what="--git-url" if git_url else f"{manifest.path.name}: upstream.git")
             rev = commit or manifest.upstream.commit
             if not rev:
                 raise UsageError(
@@ -128,12 +161,20 @@ def apply_engine(
         provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info)
         if prebuilt_info is not None:
             provenance["prebuilt"] = prebuilt_info
+        if unlinted:
+            provenance["lint"] = {
+                "allowed_unlinted": True,
+                "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message} for p in unlinted],
+            }
         contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
         reporter.step("wheel", f"writing {contents.name.filename()}")
         built = write_wheel(contents, scratch / "out")
-        out_dir.mkdir(parents=True, exist_ok=True)
         final = out_dir / built.name
-        os.replace(built, final)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            publish_file(built, final)  # --out may be on another file system
+        except OSError as exc:
+            raise UsageError(f"cannot write {final}: {exc.strerror or exc}", tip=_OUT_TIP) from None
     atomic_write_json(
         build_dir(root) / "state" / f"{engine}.json",
         {"version": 1, "wheel": str(final), "wheel_version": version, "patches": len(patches), "time": int(time.time())},
@@ -142,10 +183,34 @@ def apply_engine(
     return BuildResult(wheel=final, version=version, patches=patches, provenance=provenance)
 
 
+def lint_gate(
+    root: Path, manifest: Manifest, series: Series, patches: tuple[Patch, ...], *, allow_unlinted: bool
+) -> list[Problem]:
+    """Lint's static checks (trailers, numbering) on the series: refuse to build a series that fails them, unless
+    ``allow_unlinted``; then return the problems, for the provenance to record."""
+    applied = {p.name for p in patches}
+    problems = [p for p in static_problems(root, manifest, series) if p.patch is None or p.patch in applied]
+    if problems and not allow_unlinted:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(
+            f"{manifest.name}: the series does not lint: {first.patch + ': ' if first.patch else ''}{first.message}{more}",
+            tip=f"fix it (`overlay lint {manifest.name}` lists every problem), or build anyway with "
+            f"`overlay apply {manifest.name} --allow-unlinted` (overlay.json then records the problems)",
+        )
+    return problems
+
+
+def member_policy(manifest: Manifest) -> MemberPolicy:
+    """What the manifest allows in the engine's wheels beyond the strict archive policy (upstream.allow-members)."""
+    return MemberPolicy.of(manifest.upstream.allow_members)
+
+
 def select_artifact(manifest: Manifest, filename: str | None) -> Artifact:
     """The pinned artifact named ``filename`` (default: the primary one, the first wheel)."""
     if filename is None:
         return manifest.upstream.primary
+    check_name(filename, what="--artifact", error=UsageError)
     for artifact in manifest.upstream.artifacts:
         if artifact.filename == filename:
             return artifact
@@ -214,24 +279,19 @@ def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: 
 
 def _patched_from_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], reporter: Reporter) -> WheelContents:
     reporter.step("unpack", f"reading {path.name}")
-    contents = read_wheel(path)
+    contents = read_wheel(path, policy=member_policy(manifest))
     _apply(contents.tree, manifest, patches, reporter, package_root=manifest.upstream.package_root)
     return contents
 
 
 def safe_extract_tar(archive: Path, dest: Path) -> Path:
-    """Extract an sdist, refusing members that escape ``dest``, links and devices. Returns its single top folder."""
+    """Extract an sdist. Every member passes the archive policy (overlay.archive_policy: no escaping or ``.git`` path,
+    no link or special file, no colliding names) before anything is extracted. Returns its single top folder."""
     try:
         with tarfile.open(archive) as tf:
             members = tf.getmembers()
-            tops = set()
-            for m in members:
-                rel = safe_relpath(m.name, what=f"{archive.name}: archive member")
-                if m.issym() or m.islnk():
-                    raise IntegrityError(f"{archive.name}: archive member {m.name!r} is a link; refusing it")
-                if not (m.isfile() or m.isdir()):
-                    raise IntegrityError(f"{archive.name}: archive member {m.name!r} is not a file or folder")
-                tops.add(rel.parts[0])
+            check_members(((m.name, tar_kind(m)) for m in members), where=archive.name)
+            tops = {safe_relpath(m.name, what=f"{archive.name}: archive member").parts[0] for m in members}
             tf.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise IntegrityError(f"{archive} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
@@ -277,7 +337,7 @@ def _patched_from_sdist(
     top = safe_extract_tar(path, scratch / "sdist")
     # An sdist's root is the package root of the git repository.
     _apply(DirTree(top), manifest, patches, reporter, package_root=manifest.upstream.package_root)
-    contents = read_wheel(build_wheel_from_tree(top, scratch / "dist", reporter))
+    contents = read_wheel(build_wheel_from_tree(top, scratch / "dist", reporter), policy=member_policy(manifest))
     _check_built_version(manifest, contents, path.name)
     return contents
 
@@ -297,13 +357,31 @@ def _patched_from_git(
     mirror = git_mirror_path(root, url)
     reporter.step("git", f"fetching {commit[:12]} from {url}")
     gitops.clone_or_update_mirror(url, mirror, commit)
+    check_git_tree(mirror, commit, manifest.upstream.package_root, where=f"{url}@{commit[:12]}")
     checkout = scratch / "git"
     gitops.checkout_tree(mirror, commit, checkout)
     _apply(DirTree(checkout), manifest, patches, reporter, package_root="")
     pkg = checkout / PurePosixPath(manifest.upstream.package_root) if manifest.upstream.package_root else checkout
-    contents = read_wheel(build_wheel_from_tree(pkg, scratch / "dist", reporter))
+    contents = read_wheel(build_wheel_from_tree(pkg, scratch / "dist", reporter), policy=member_policy(manifest))
     _check_built_version(manifest, contents, f"{url}@{commit[:12]}")
     return contents
+
+
+def check_git_tree(mirror: Path, commit: str, package_root: str, *, where: str) -> None:
+    """The archive policy on the git source before it is checked out: no path into ``.git`` anywhere; under the
+    package root (what becomes the wheel) only regular files, and no names that collide after case folding."""
+    raw = gitops.run(["ls-tree", "-r", "-z", "--full-tree", commit], cwd=mirror).stdout
+    prefix = package_root.strip("/") + "/" if package_root.strip("/") else ""
+    members: list[tuple[str, MemberKind]] = []
+    for entry in raw.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, name_bytes = entry.partition(b"\t")
+        name = name_bytes.decode("utf-8", "surrogateescape")
+        check_member_name(name, where=where)
+        if name.startswith(prefix):
+            members.append((name, git_kind(meta.split(b" ", 1)[0].decode("ascii", "replace"))))
+    check_members(members, where=where)
 
 
 def patched_tree(root: Path, manifest: Manifest, patches: tuple[Patch, ...], *, offline: bool = False) -> MemoryTree:
@@ -311,6 +389,6 @@ def patched_tree(root: Path, manifest: Manifest, patches: tuple[Patch, ...], *, 
     path = fetch_artifact(root, manifest, manifest.upstream.primary, offline=offline)
     if not manifest.upstream.primary.is_wheel:
         raise UsageError(f"{manifest.name}: in-memory trees need a wheel pin, {path.name} is an sdist")
-    contents = read_wheel(path)
+    contents = read_wheel(path, policy=member_policy(manifest))
     apply_series(contents.tree, patches, package_root=manifest.upstream.package_root)
     return contents.tree

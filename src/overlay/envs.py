@@ -133,7 +133,7 @@ def _run(cmd: list[str], what: str, env: Mapping[str, str] | None = None) -> Non
 def runtime_env(root: Path, manifest: Manifest) -> dict[str, str]:
     """Environment variables an arm runs with: test-backend paths, library preloads, the manifest's env."""
     env: dict[str, str] = {"PYTHONNOUSERSITE": "1"}
-    paths = [str((root / p).resolve()) for p in manifest.runtime.python_path]
+    paths = [str(p) for p in manifest.python_path_dirs(root)]  # each resolved and kept inside the root
     for p in paths:
         if not Path(p).is_dir():
             raise UsageError(f"{manifest.path.name}: runtime.python-path entry {p!r} is not a folder")

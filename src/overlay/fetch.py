@@ -4,7 +4,9 @@ verify sha256 and cache them under build/cache. A warm cache is used without tou
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +17,8 @@ from pathlib import Path
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 
-from overlay.errors import ExternalCommandError, IntegrityError, UsageError
-from overlay.fsutil import owned_scratch, sha256_file
+from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, UsageError
+from overlay.fsutil import owned_scratch, publish_file, sha256_file
 from overlay.manifest import Artifact, Manifest
 from overlay.progress import NullReporter, Reporter
 
@@ -40,6 +42,7 @@ def fetch_artifact(
     """Return the path of a verified copy of ``artifact`` in the cache, downloading it if needed."""
     reporter = reporter or NullReporter()
     dest = cached_path(root, artifact)
+    check_cache_slot(dest)
     if dest.is_file():
         digest = sha256_file(dest)
         if digest == artifact.sha256:
@@ -69,31 +72,63 @@ def fetch_artifact(
                 tip="the index served a different file than the one pinned; check the index/proxy, or update the pin "
                 "in overlays/" + manifest.name + ".toml only if the new file is trusted",
             )
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(got, dest)
+        publish_file(got, dest)
     reporter.step("fetch", f"{artifact.filename}: sha256 ok ({dest.stat().st_size} bytes)")
     return dest
+
+
+def check_cache_slot(dest: Path) -> None:
+    """Refuse a cache entry that exists but is not a plain file (a folder, a symlink): we would not overwrite it."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+        kind = "a symlink" if dest.is_symlink() else "a folder" if dest.is_dir() else "not a regular file"
+        raise UsageError(
+            f"the cache entry {dest} is {kind}, where the downloaded artifact belongs",
+            tip=f"remove it (`rm -r {dest}`) and run again; build/cache holds only what overlay downloads",
+        )
 
 
 def fetch_all(root: Path, manifest: Manifest, *, offline: bool = False, reporter: Reporter | None = None) -> list[Path]:
     return [fetch_artifact(root, manifest, a, offline=offline, reporter=reporter) for a in manifest.upstream.artifacts]
 
 
-def _download_url(artifact: Artifact, scratch: Path) -> Path:
+def _download_url(artifact: Artifact, scratch: Path, *, origin: str = "the artifact's `url`") -> Path:
+    """Copy ``artifact.url`` (file://, http://, https://) to ``scratch``; ConfigError naming the url when it yields no
+    file: an unsupported scheme, a folder, a missing file, an HTTP error or an answer that is not HTTP at all."""
     assert artifact.url is not None
+    url = artifact.url
     target = scratch / artifact.filename
-    parsed = urllib.parse.urlparse(artifact.url)
+    tip = f"check {origin} ({url}): it must name the release file itself (file://, http:// or https://)"
     try:
+        parsed = urllib.parse.urlparse(url)
         if parsed.scheme == "file":
-            shutil.copyfile(urllib.request.url2pathname(parsed.path), target)
+            if parsed.netloc not in ("", "localhost"):
+                raise ConfigError(f"{origin} {url!r} names the host {parsed.netloc!r}; a file:// url is local", tip=tip)
+            source = Path(urllib.request.url2pathname(parsed.path))
+            if source.is_dir():
+                raise ConfigError(f"{origin} {url!r} is a folder, not a release file", tip=tip)
+            shutil.copyfile(source, target)
         elif parsed.scheme in ("http", "https"):
-            with urllib.request.urlopen(artifact.url, timeout=120) as resp, target.open("wb") as fh:  # noqa: S310
+            with urllib.request.urlopen(url, timeout=120) as resp, target.open("wb") as fh:  # noqa: S310
                 shutil.copyfileobj(resp, fh)
         else:
-            raise UsageError(f"artifact url {artifact.url!r}: only file://, http:// and https:// are supported")
-    except OSError as exc:
-        raise ExternalCommandError(f"downloading {artifact.url} failed: {exc}") from None
+            raise ConfigError(
+                f"{origin} {url!r} has the scheme {parsed.scheme + ':' if parsed.scheme else '(none)'}; only file://, "
+                "http:// and https:// are supported", tip=tip)
+    except http.client.HTTPException as exc:  # the server answered, but not in HTTP (a wrong port, a proxy)
+        raise ConfigError(f"downloading {url} failed: the answer is not HTTP ({type(exc).__name__}: "
+                          f"{str(exc)[:80]!r})", tip=tip) from None
+    except (OSError, ValueError) as exc:  # URLError/HTTPError (OSError), a file that is missing, a malformed url
+        raise ConfigError(f"downloading {url} failed: {exc}", tip=tip) from None
     return target
+
+
+_PIP_NO_MATCH = re.compile(r"Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)")
+
+
+def pip_not_found(stderr: str) -> tuple[str, str] | None:
+    """(requirement, versions the index has) when pip's ``stderr`` says no such version exists, else None."""
+    m = _PIP_NO_MATCH.search(stderr)
+    return (m.group(1), m.group(2).strip() or "none") if m else None
 
 
 def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
@@ -118,6 +153,14 @@ def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
 def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path) -> Path:
     args = [sys.executable, "-m", "pip", *pip_download_args(manifest, artifact), "--dest", str(scratch)]
     proc = subprocess.run(args, capture_output=True, text=True)
+    missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
+    if missing is not None:
+        raise ConfigError(
+            f"the package index has no {missing[0]} matching the pinned {artifact.filename} "
+            f"(versions it offers: {missing[1]})",
+            tip=f"check the pin in overlays/{manifest.name}.toml and the index pip uses (`pip config list`), "
+            "or set `url` for the artifact",
+        )
     if proc.returncode != 0:
         raise ExternalCommandError(
             f"pip could not download {manifest.distribution}=={manifest.upstream.version} ({artifact.filename}): "

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from overlay.errors import ConfigError, OverlayError, PatchError
+from overlay.archive_policy import MemberPolicy, patch_problems
+from overlay.errors import ConfigError, IntegrityError, OverlayError, PatchError
 from overlay.manifest import Manifest, load_engine
+from overlay.mechanism import (
+    MECHANISM_THEMES,
+    Flag,
+    Mechanism,
+    parse_flag,
+    parse_mechanism,
+    patch_slug,
+    requires_problems,
+)
 from overlay.patching import apply_patch
 from overlay.progress import NullReporter, Reporter
 from overlay.series import Patch, Series, check_trailers
 
 Severity = Literal["error"]
+_PATCH_FILE = re.compile(r"^\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 
 
 @dataclass(frozen=True)
@@ -20,7 +33,7 @@ class Problem:
     engine: str
     patch: str | None
     message: str
-    kind: Literal["config", "apply", "metadata", "location"]
+    kind: Literal["config", "apply", "metadata", "location", "integrity"]
     tip: str | None = None
 
 
@@ -49,12 +62,79 @@ def check_target_exists(root: Path, check: str) -> str | None:
     return None
 
 
-def lint_patch_metadata(root: Path, patch: Patch) -> list[str]:
+def lint_patch_metadata(
+    root: Path, patch: Patch, *, engine: str | None = None, series: tuple[Patch, ...] | None = None
+) -> list[str]:
+    """The patch's trailers; with ``engine`` the mechanism scenarios are that engine's, with ``series`` (the whole
+    series, ``patch`` among it) every Overlay-Requires must name an earlier patch of it."""
     problems = check_trailers(patch)
     if patch.check:
         missing = check_target_exists(root, patch.check)
         if missing:
             problems.append(missing)
+    problems.extend(check_declarations(patch, engine=engine, series=series))
+    return problems
+
+
+def requires_warnings(patches: Sequence[Patch]) -> tuple[str, ...]:
+    """For refresh and rebase, which reorder and drop patches: one line per Overlay-Requires that no longer names an
+    earlier patch of ``patches`` (the new series, in order). Warnings, not errors: `overlay lint` refuses them."""
+    return tuple(
+        f"{name}: {msg}; move the patch after the one it needs, or restore that one "
+        f"(or remove the Overlay-Requires line if it no longer applies)"
+        for name, msg in requires_problems([(p.name, p.requires) for p in patches])
+    )
+
+
+def _added_text(patch: Patch) -> str:
+    return b"".join(line.text for f in patch.files for h in f.hunks for line in h.lines if line.op == "+").decode(
+        "utf-8", "replace")
+
+
+def check_declarations(
+    patch: Patch, *, engine: str | None = None, series: tuple[Patch, ...] | None = None
+) -> list[str]:
+    """Overlay-Flag, Overlay-Mechanism and Overlay-Requires (DESIGN.md, "Trailers for flags, mechanisms and
+    dependencies"): syntax, every name exists, the flag is one the diff (or a patch it requires) adds."""
+    problems: list[str] = []
+    by_slug = {patch_slug(p.name): p for p in series or ()}
+    required = [by_slug[patch_slug(r)] for r in patch.requires if patch_slug(r) in by_slug]
+    flag_values = patch.trailer_values("Overlay-Flag")
+    if not flag_values:
+        problems.append("missing trailer Overlay-Flag: (ENV=VALUE, a --cli-option, or `default` for an always-on patch)")
+    flags: list[Flag] = []
+    for value in flag_values:
+        try:
+            flags.append(parse_flag(value))
+        except ConfigError as exc:
+            problems.append(exc.message)
+    if len(flags) > 1 and any(f.kind == "default" for f in flags):
+        problems.append("Overlay-Flag `default` (always on) cannot be combined with other Overlay-Flag lines")
+    texts = [_added_text(patch)] + [_added_text(p) for p in required]
+    for flag in flags:
+        if flag.kind != "default" and not any(flag.name in text for text in texts):
+            where = "its diff" + (" or the diff of a patch it requires" if required else "")
+            problems.append(f"Overlay-Flag {flag.text!r}: {flag.name} is not in any line {where} adds")
+    mechanisms: list[Mechanism] = []
+    for value in patch.trailer_values("Overlay-Mechanism"):
+        try:
+            mechanisms.append(parse_mechanism(value, engine=engine))
+        except ConfigError as exc:
+            problems.append(exc.message)
+    seen: set[Mechanism] = set()
+    for m in mechanisms:
+        if m in seen:
+            problems.append(f"Overlay-Mechanism {m.text!r} is declared twice")
+        seen.add(m)
+    if patch.theme in MECHANISM_THEMES and not patch.trailer_values("Overlay-Mechanism"):
+        problems.append(f"Overlay-Theme {patch.theme} needs at least one Overlay-Mechanism: METRIC DIRECTION in SCENARIO "
+                        f"(themes that must: {', '.join(MECHANISM_THEMES)})")
+    for req in patch.requires:
+        if not _PATCH_FILE.match(req):
+            problems.append(f"Overlay-Requires {req!r} is not a patch file name (NNNN-slug.patch)")
+    if series is not None:
+        order = [(p.name, p.requires) for p in series]
+        problems.extend(msg for name, msg in requires_problems(order) if name == patch.name)
     return problems
 
 
@@ -72,23 +152,23 @@ def lint_engine(
         series: Series = load_engine_series(root, manifest)
     except ConfigError as exc:
         return LintReport(engine=engine, patches=0, problems=(Problem(engine, None, exc.message, "config", exc.tip),))
-    previous = 0
+    problems.extend(static_problems(root, manifest, series))
     for patch in series.patches:
-        if patch.number <= previous:
-            problems.append(Problem(engine, patch.name, f"number {patch.number:04d} does not follow {previous:04d}",
-                                    "config", f"run `overlay refresh {engine}` to renumber"))
-        previous = patch.number
-        for msg in lint_patch_metadata(root, patch):
-            problems.append(Problem(engine, patch.name, msg, "metadata", _metadata_tip(msg)))
+        for path, what in patch_problems(patch, package_root=manifest.upstream.package_root):
+            problems.append(Problem(engine, patch.name, f"path {path!r} {what}", "integrity",
+                                    "drop that file from the patch, then `overlay refresh`"))
     reporter.step("lint", f"{engine}: {len(series.patches)} patches, checking they apply at {manifest.upstream.version}")
     artifact = manifest.upstream.primary
     if artifact.is_wheel:
         try:
-            tree = read_wheel(fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)).tree
+            tree = read_wheel(fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter),
+                              policy=MemberPolicy.of(manifest.upstream.allow_members)).tree
             for patch in series.patches:
                 apply_patch(tree, patch, package_root=manifest.upstream.package_root)
         except PatchError as exc:
             problems.append(Problem(engine, None, exc.message, "apply", "refresh the patch (see `overlay checkout`)"))
+        except IntegrityError as exc:
+            problems.append(Problem(engine, None, exc.message, "integrity", exc.tip))
         except OverlayError as exc:
             problems.append(Problem(engine, None, exc.message, "config", exc.tip))
     else:
@@ -96,7 +176,27 @@ def lint_engine(
     return LintReport(engine=engine, patches=len(series.patches), problems=tuple(problems))
 
 
+def static_problems(root: Path, manifest: Manifest, series: Series) -> list[Problem]:
+    """Lint's static checks (numbering order, trailers, Overlay-Check targets): no artifact needed. `overlay apply`
+    refuses a series with any of these unless --allow-unlinted."""
+    engine = manifest.name
+    problems: list[Problem] = []
+    previous = 0
+    for patch in series.patches:
+        if patch.number <= previous:
+            problems.append(Problem(engine, patch.name, f"number {patch.number:04d} does not follow {previous:04d}",
+                                    "config", f"run `overlay refresh {engine}` to renumber"))
+        previous = patch.number
+        for msg in lint_patch_metadata(root, patch, engine=engine, series=series.patches):
+            problems.append(Problem(engine, patch.name, msg, "metadata", _metadata_tip(msg)))
+    return problems
+
+
 def _metadata_tip(message: str) -> str | None:
+    if message.startswith(("missing trailer Overlay-Flag", "Overlay-Flag", "Overlay-Mechanism", "Overlay-Requires")) or (
+            message.startswith("Overlay-Theme") and "Overlay-Mechanism" in message):
+        return ("fix the trailer in the commit message (git commit --amend / rebase -i reword), then `overlay refresh`; "
+                "the words are in docs/dev/patch-authoring.md (Overlay-Flag, Overlay-Mechanism, Overlay-Requires)")
     if message.startswith("missing trailer"):
         return ("add the four trailers at the end of the commit message (Overlay-Theme, Overlay-Numerics, "
                 "Overlay-Check, Upstream-Status), then `overlay refresh`; see docs/dev/patch-authoring.md")

@@ -18,9 +18,10 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from overlay.errors import ConfigError
+from overlay.errors import ConfigError, UsageError
+from overlay.inputs import check_name, check_relative, inside_root, read_inside
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -33,6 +34,10 @@ class Artifact:
     filename: str
     sha256: str
     url: str | None = None
+
+    def __post_init__(self) -> None:
+        # the file name becomes a cache path (build/cache/...): never a separator, '..' or an option
+        check_name(self.filename, what="artifact file name")
 
     @property
     def is_wheel(self) -> bool:
@@ -47,6 +52,9 @@ class Upstream:
     commit: str | None
     package_root: str
     artifacts: tuple[Artifact, ...]
+    # wheel members the archive policy refuses unless named here: "data" (the wheel's own .data folder), "pth" (a
+    # .pth file at the install root); see overlay.archive_policy and docs/commands/apply.md
+    allow_members: tuple[str, ...] = ()
 
     @property
     def primary(self) -> Artifact:
@@ -110,7 +118,16 @@ class Manifest:
     prebuilt: Prebuilt | None = None
 
     def series_dir(self, root: Path) -> Path:
-        return root / self.series.dir
+        """``root / series.dir``; IntegrityError when it (a symlink on the way) leads out of ``root``."""
+        path = root / self.series.dir
+        inside_root(root, path, what=f"{self.path.name}: series.dir")
+        return path
+
+    def python_path_dirs(self, root: Path) -> tuple[Path, ...]:
+        """``runtime.python-path`` as real folders; IntegrityError for one that leads out of ``root``."""
+        return tuple(
+            inside_root(root, root / p, what=f"{self.path.name}: runtime.python-path entry") for p in self.runtime.python_path
+        )
 
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -122,6 +139,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "commit": str,
         "package-root": str,
         "artifacts": list,
+        "allow-members": list,
     },
     "series": {"dir": str, "label": str},
     "runtime": {"requirements": list, "preload": list, "env": dict, "python-path": list},
@@ -172,14 +190,31 @@ def _str_list(where: str, key: str, value: Any, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_manifest(path: Path) -> Manifest:
-    """Parse and validate one manifest file."""
+def load_manifest(path: Path, *, root: Path | None = None) -> Manifest:
+    """Parse and validate one manifest file.
+
+    It is read with :func:`overlay.inputs.read_inside`: a symlink that leads out of ``root`` (default: the folder
+    holding ``overlays/``, else the manifest's own folder) is refused with IntegrityError.
+    """
+    if root is None:
+        root = path.parent.parent if path.parent.name == "overlays" else path.parent
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = read_inside(root, path, what="manifest")
     except FileNotFoundError:
         raise ConfigError(f"manifest {path} does not exist", tip="list engines with `overlay list`") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x})",
+                          tip="save the manifest as UTF-8") from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # tomllib: an integer of more than 4300 digits, nesting too deep
+        raise ConfigError(f"{path}: not a usable TOML file: {str(exc)[:120]}",
+                          tip="a manifest holds short strings, tables and lists; check the file") from None
     _check_keys("", raw, _SCHEMA, path)
     tables: dict[str, dict[str, Any]] = {}
     for section, keys in _SCHEMA.items():
@@ -206,10 +241,13 @@ def load_manifest(path: Path) -> Manifest:
         raise ConfigError(f"{path}: engine.name {name!r} differs from the file name {path.stem!r}; rename one")
     try:
         version = Version(up["version"])
-    except InvalidVersion:
-        raise ConfigError(f"{path}: upstream.version {up['version']!r} is not a PEP 440 version") from None
+    except ValueError:  # InvalidVersion, or a release number too long for int() (packaging raises ValueError)
+        raise ConfigError(f"{path}: upstream.version {up['version'][:60]!r} is not a PEP 440 version") from None
     if version.local is not None:
         raise ConfigError(f"{path}: upstream.version {up['version']!r} already has a local label; pin a public release")
+    if up["git"].startswith("-") or "\0" in up["git"]:
+        raise ConfigError(f"{path}: upstream.git {up['git']!r} begins with '-' or holds a NUL; git would read it as an option",
+                          tip="name the repository URL (https://...) or a path (./x for one beginning with '-')")
     commit = up.get("commit")
     if commit is not None and not _COMMIT.match(commit):
         raise ConfigError(f"{path}: upstream.commit {commit!r} is not a full 40-hex git commit id")
@@ -225,6 +263,7 @@ def load_manifest(path: Path) -> Manifest:
     names = [a.filename for a in artifacts]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: upstream.artifacts lists a file twice: {names}")
+    check_relative(ser["dir"], what="series.dir", where=str(path))
     label = ser["label"]
     if not _LABEL.match(label):
         raise ConfigError(f"{path}: series.label {label!r} must be lower-case letters and digits, starting with a letter")
@@ -232,6 +271,9 @@ def load_manifest(path: Path) -> Manifest:
     env = rt.get("env", {})
     for key, value in env.items():
         _typed("runtime.env.", key, value, str, path)
+    for entry in rt.get("python-path", []):
+        if isinstance(entry, str):
+            check_relative(entry, what="runtime.python-path entry", where=str(path))
     ck = tables["check"]
     pb = tables["prebuilt"]
     prebuilt = None
@@ -255,6 +297,7 @@ def load_manifest(path: Path) -> Manifest:
             commit=commit,
             package_root=package_root,
             artifacts=artifacts,
+            allow_members=_allow_members(up.get("allow-members", []), path),
         ),
         series=SeriesSpec(dir=ser["dir"], label=label),
         runtime=Runtime(
@@ -272,6 +315,17 @@ def load_manifest(path: Path) -> Manifest:
     )
 
 
+def _allow_members(value: Any, path: Path) -> tuple[str, ...]:
+    from overlay.archive_policy import ALLOWANCES
+
+    allow = _str_list("upstream.", "allow-members", value, path)
+    for item in allow:
+        if item not in ALLOWANCES:
+            raise ConfigError(f"{path}: upstream.allow-members: {item!r} is not one of {', '.join(ALLOWANCES)}",
+                              tip="the archive policy is in docs/commands/apply.md (\"What an artifact may hold\")")
+    return allow
+
+
 def _parse_artifact(index: int, raw: Any, path: Path, *, distribution: str, version: Version) -> Artifact:
     where = f"upstream.artifacts[{index}]."
     if not isinstance(raw, dict):
@@ -285,8 +339,7 @@ def _parse_artifact(index: int, raw: Any, path: Path, *, distribution: str, vers
     filename, sha = raw["filename"], raw["sha256"]
     if not _SHA256.match(sha):
         raise ConfigError(f"{path}: {where}sha256 {sha!r} is not 64 lower-case hex digits")
-    if "/" in filename or "\\" in filename:
-        raise ConfigError(f"{path}: {where}filename {filename!r} must be a bare file name")
+    check_name(filename, what=f"{where}filename", where=str(path))
     try:
         dist, fver = artifact_name_parts(filename)
     except ValueError as exc:
@@ -316,7 +369,17 @@ def engine_names(root: Path) -> list[str]:
     return sorted(p.stem for p in (root / "overlays").glob("*.toml"))
 
 
+def check_engine_name(name: str) -> str:
+    """``name`` if it can name an engine (one plain path component); else UsageError (exit 2) naming it.
+
+    Every way an engine name becomes a path (overlays/ENGINE.toml, build/rebase/ENGINE, build/worktrees/ENGINE,
+    build/wheels/ENGINE) goes through here first.
+    """
+    return check_name(name, what="engine name", error=UsageError)
+
+
 def load_engine(root: Path, name: str) -> Manifest:
+    check_engine_name(name)
     path = root / "overlays" / f"{name}.toml"
     if not path.is_file():
         known = engine_names(root)
@@ -326,4 +389,4 @@ def load_engine(root: Path, name: str) -> Manifest:
             f"unknown engine {name!r}: no {path.relative_to(root)}",
             tip=f"{hint}known engines: {', '.join(known) or '(none)'}",
         )
-    return load_manifest(path)
+    return load_manifest(path, root=root)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from overlay.archive_policy import check_patch
 from overlay.errors import ConfigError, IntegrityError, PatchError
 from overlay.fsutil import resolve_inside, safe_relpath
 from overlay.series import FileDiff, Hunk, Patch
@@ -112,7 +113,9 @@ def map_path(path: str, package_root: str, *, patch: Patch) -> str:
 
 
 def apply_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> AppliedPatch:
-    """Apply one patch to ``tree`` exactly. All its files are checked before any is written."""
+    """Apply one patch to ``tree`` exactly. All its files are checked before any is written: the archive policy first
+    (no ``.git`` path, no installer metadata or ``.pth`` added; overlay.archive_policy), then every hunk."""
+    check_patch(patch, package_root=package_root)
     staged: list[tuple[FileDiff, str | None, str | None, bytes | None, bool | None]] = []
     pending: dict[str, bytes | None] = {}
     for fd in patch.files:

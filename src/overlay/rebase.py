@@ -19,11 +19,12 @@ Every run writes ``build/reports/ENGINE-rebase.json`` (the class table, schema i
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -37,10 +38,13 @@ from overlay.fsutil import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    new_file_mode,
     owned_scratch,
+    read_json_state,
     sha256_bytes,
 )
-from overlay.manifest import Artifact, Manifest, load_engine, load_manifest
+from overlay.inputs import read_inside
+from overlay.manifest import Artifact, Manifest, check_engine_name, load_engine, load_manifest
 from overlay.progress import NullReporter, Reporter
 from overlay.releases import check_version, manifest_at, resolve_release, wheel_tree
 from overlay.replay import (
@@ -49,25 +53,35 @@ from overlay.replay import (
     Workspace,
     classify,
     discard_attempt,
+    estimate_conflicts,
     prepare,
     replay_all,
     resolve_stopped,
 )
 from overlay.series import Patch, parse_patch_bytes
-from overlay.stack import base_message, default_worktree, export_patches, read_state
+from overlay.stack import (
+    base_message,
+    default_worktree,
+    engine_lock,
+    export_patches,
+    read_state,
+    recover_refresh,
+)
 from overlay.tomledit import Edit, apply_edits
 
 STATE_FILE = "state.json"
+BACKUP_COMPLETE = "COMPLETE"
 LEDGER = "DROPPED"
-Status = Literal["published", "stopped", "dry-run"]
+Status = Literal["published", "stopped", "review", "dry-run"]
+LAST_PUBLISH = "last-publish.json"
 
 
 def state_dir(root: Path, engine: str) -> Path:
-    return build_dir(root) / "rebase" / engine
+    return build_dir(root) / "rebase" / check_engine_name(engine)
 
 
 def history_dir(root: Path, engine: str) -> Path:
-    return build_dir(root) / "rebase-history" / engine
+    return build_dir(root) / "rebase-history" / check_engine_name(engine)
 
 
 def report_path(root: Path, engine: str) -> Path:
@@ -87,6 +101,8 @@ class RebaseResult:
     artifacts: tuple[Artifact, ...]
     series: tuple[str, ...] = ()  # the published series
     seconds: float = 0.0
+    warnings: tuple[str, ...] = ()  # Overlay-Requires that a dropped or skipped patch broke (lint refuses them)
+    review: tuple[str, ...] = ()  # why the rebase stopped before publishing (status "review")
 
     @property
     def stopped(self) -> Outcome | None:
@@ -118,9 +134,33 @@ def rebase(
     force: bool = False,
     dry_run: bool = False,
     offline: bool = False,
+    wait: float = 0.0,
     reporter: Reporter | None = None,
 ) -> RebaseResult:
-    """Start a rebase of ``engine``'s series onto upstream ``to`` (see the module docstring)."""
+    """Start a rebase of ``engine``'s series onto upstream ``to`` (see the module docstring), holding the engine's lock
+    (a dry run takes none: it writes only its own scratch folder)."""
+    load_engine(root, engine)
+    if dry_run:
+        return _rebase(root=root, engine=engine, to=to, url=url, commit=commit, force=force, dry_run=True,
+                       offline=offline, reporter=reporter)
+    with engine_lock(root, engine, command=f"overlay rebase {engine} --to {to}", wait=wait, reporter=reporter):
+        recover_refresh(root, engine, reporter=reporter)
+        return _rebase(root=root, engine=engine, to=to, url=url, commit=commit, force=force, dry_run=False,
+                       offline=offline, reporter=reporter)
+
+
+def _rebase(
+    *,
+    root: Path,
+    engine: str,
+    to: str,
+    url: str | None,
+    commit: str | None,
+    force: bool,
+    dry_run: bool,
+    offline: bool,
+    reporter: Reporter | None,
+) -> RebaseResult:
     reporter = reporter or NullReporter()
     t0 = time.perf_counter()
     manifest = load_engine(root, engine)
@@ -154,9 +194,10 @@ def rebase(
                          new_message=base_message(new_manifest), patches=series.patches, new_version=version,
                          reporter=reporter)
             outcomes = replay_all(ws, series.patches, stop=False, reporter=reporter)
+            outcomes = estimate_conflicts(ws, series.patches, outcomes, reporter=reporter)
         return RebaseResult(engine=engine, from_version=manifest.upstream.version, to_version=version, status="dry-run",
                             outcomes=tuple(outcomes), pending=(), repo=None, report=None, artifacts=new.artifacts,
-                            seconds=time.perf_counter() - t0)
+                            seconds=time.perf_counter() - t0, warnings=_requires_warnings(outcomes, series.patches))
     if sdir.exists():
         shutil.rmtree(sdir)  # left by a run killed before it wrote its state
     sdir.mkdir(parents=True)
@@ -213,14 +254,82 @@ def _drive(
             return result
     state["seconds"] = state.get("seconds", 0.0) + (time.perf_counter() - t0)
     _save_state(sdir, state)
-    return _publish(root, manifest, state, ws, patches, outcomes, reporter)
+    return _review_or_publish(root, manifest, state, ws, patches, outcomes, reporter)
+
+
+def review_reasons(state: dict[str, Any], outcomes: Sequence[Outcome], patches: tuple[Patch, ...]) -> tuple[str, ...]:
+    """Why a finished replay must be looked at before it is published (empty: publish at once): a patch the 3-way
+    merge changed, a hunk that moved to another symbol, an Overlay-Requires a drop broke, a target older than the pin."""
+    out: list[str] = []
+    merged = [o.name for o in outcomes if o.cls == "merged" and o.commit]
+    if merged:
+        out.append(f"{len(merged)} patch{'es' * (len(merged) != 1)} resolved by a 3-way merge, not applied as written: "
+                   + ", ".join(merged))
+    moved = [(o.name, m) for o in outcomes for m in o.moved]
+    if moved:
+        out.append(f"{len(moved)} hunk{'s' * (len(moved) != 1)} moved to another function or class: "
+                   + "; ".join(f"{n[:4]} {m.describe()}" for n, m in moved))
+    warnings = _requires_warnings(outcomes, patches)
+    if warnings:
+        out.append(f"{len(warnings)} Overlay-Requires broken by a dropped patch")
+    a, b = state["from"]["version"], state["to"]["version"]
+    if Version(b) < Version(a):
+        out.append(f"the target {b} is older than the pin {a}")
+    return tuple(out)
+
+
+def _review_or_publish(
+    root: Path, manifest: Manifest, state: dict[str, Any], ws: Workspace, patches: tuple[Patch, ...],
+    outcomes: list[Outcome], reporter: Reporter,
+) -> RebaseResult:
+    reasons = review_reasons(state, outcomes, patches)
+    if not reasons:
+        return _publish(root, manifest, state, ws, patches, outcomes, reporter)
+    state["status"] = "review"
+    state["review"] = list(reasons)
+    _save_state(state_dir(root, manifest.name), state)
+    result = _result(root, state, outcomes, patches, "review", ws.repo)
+    _write_report(root, state, result, patches)
+    reporter.step("rebase", f"{manifest.name}: stopped for review before publishing ({len(reasons)} reasons)")
+    return result
+
+
+def publish(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | None = None) -> RebaseResult:
+    """``--publish``: publish a rebase that stopped for review (every patch resolved), holding the engine's lock."""
+    load_engine(root, engine)
+    with engine_lock(root, engine, command=f"overlay rebase {engine} --publish", wait=wait, reporter=reporter):
+        reporter = reporter or NullReporter()
+        manifest = load_engine(root, engine)
+        state = _load_state(root, engine)
+        if state["status"] != "review":
+            raise UsageError(
+                f"the rebase of {engine} is not waiting for review (status {state['status']!r}); nothing to publish yet",
+                tip=f"finish it with `overlay rebase {engine} --continue` (or --skip), or give up with --abort",
+            )
+        _check_snapshot(root, manifest, state)
+        ws = _workspace(root, state)
+        patches = _old_patches(root, manifest, state)
+        outcomes = [Outcome.from_json(o) for o in state["outcomes"]]
+        if len(outcomes) != len(patches) or not all(o.resolved for o in outcomes):
+            raise UsageError(f"the rebase of {engine} has unresolved patches", tip=f"`overlay rebase {engine} --continue`")
+        return _publish(root, manifest, state, ws, patches, outcomes, reporter)
 
 
 # ------------------------------------------------------------------ continue / skip / abort
 
 
-def resume(*, root: Path, engine: str, skip: bool = False, reporter: Reporter | None = None) -> RebaseResult:
-    """``--continue`` (take the user's resolution of the stopped patch) or ``--skip`` (drop it), then go on."""
+def resume(
+    *, root: Path, engine: str, skip: bool = False, wait: float = 0.0, reporter: Reporter | None = None
+) -> RebaseResult:
+    """``--continue`` (take the user's resolution of the stopped patch) or ``--skip`` (drop it), then go on; holds the
+    engine's lock."""
+    load_engine(root, engine)
+    with engine_lock(root, engine, command=f"overlay rebase {engine} {'--skip' if skip else '--continue'}", wait=wait,
+                     reporter=reporter):
+        return _resume(root=root, engine=engine, skip=skip, reporter=reporter)
+
+
+def _resume(*, root: Path, engine: str, skip: bool, reporter: Reporter | None) -> RebaseResult:
     reporter = reporter or NullReporter()
     t0 = time.perf_counter()
     manifest = load_engine(root, engine)
@@ -229,6 +338,12 @@ def resume(*, root: Path, engine: str, skip: bool = False, reporter: Reporter | 
     ws = _workspace(root, state)
     patches = _old_patches(root, manifest, state)
     outcomes = [Outcome.from_json(o) for o in state["outcomes"]]
+    if state["status"] == "review":
+        raise UsageError(
+            f"the rebase of {engine} has every patch resolved and is stopped for review before publishing",
+            tip=f"look at it (`overlay rebase {engine}` prints the table), then `overlay rebase {engine} --publish`; "
+                "or --abort to give up",
+        )
     if not outcomes or outcomes[-1].resolved:
         # not stopped on a patch: a run was interrupted; drop its unrecorded attempt and go on from the record
         if skip:
@@ -237,7 +352,7 @@ def resume(*, root: Path, engine: str, skip: bool = False, reporter: Reporter | 
         discard_attempt(ws.repo)
         gitops.run(["reset", "-q", "--hard", state["head"]], cwd=ws.repo)
         if len(outcomes) == len(patches):
-            return _publish(root, manifest, state, ws, patches, outcomes, reporter)
+            return _review_or_publish(root, manifest, state, ws, patches, outcomes, reporter)
         return _drive(root, manifest, state, ws, patches, reporter, t0)
     stopped = outcomes[-1]
     index = len(outcomes) - 1
@@ -251,21 +366,32 @@ def resume(*, root: Path, engine: str, skip: bool = False, reporter: Reporter | 
     return _drive(root, manifest, state, ws, patches, reporter, t0)
 
 
-def abort(*, root: Path, engine: str, reporter: Reporter | None = None) -> AbortResult:
+def abort(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | None = None) -> AbortResult:
     """Forget the rebase: remove its state and scratch repository, put back the previous report. ``patches/``,
-    ``overlays/`` and the checkout worktree were never touched (after an interrupted publish they are restored)."""
-    reporter = reporter or NullReporter()
+    ``overlays/`` and the checkout worktree were never touched (after an interrupted publish they are restored).
+
+    Works from a truncated or corrupt ``state.json`` too: the publish backup is put back when it is complete (its
+    ``COMPLETE`` marker is written before a publish changes anything)."""
     load_engine(root, engine)
+    with engine_lock(root, engine, command=f"overlay rebase {engine} --abort", wait=wait, reporter=reporter):
+        return _abort(root=root, engine=engine, reporter=reporter)
+
+
+def _abort(*, root: Path, engine: str, reporter: Reporter | None) -> AbortResult:
+    reporter = reporter or NullReporter()
     sdir = state_dir(root, engine)
     if not (sdir / STATE_FILE).is_file():
         if sdir.exists():
             shutil.rmtree(sdir)
             return AbortResult(engine=engine, removed=sdir, restored=())
         raise UsageError(f"no rebase of {engine} is in progress (no {sdir / STATE_FILE})")
-    state = json.loads((sdir / STATE_FILE).read_text())
-    restored: list[str] = []
     backup = sdir / "backup"
-    if state.get("status") == "publishing" and backup.is_dir():
+    try:
+        publishing = _load_state(root, engine).get("status") == "publishing"
+    except ConfigError:  # unreadable: a publish was under way only if its backup was complete
+        publishing = (backup / BACKUP_COMPLETE).is_file()
+    restored: list[str] = []
+    if publishing and backup.is_dir():
         restored = _restore_backup(root, load_engine(root, engine), backup)
     before = sdir / "report.before.json"
     report = report_path(root, engine)
@@ -286,7 +412,49 @@ def status(*, root: Path, engine: str) -> RebaseResult | None:
     state = _load_state(root, engine)
     patches = _old_patches(root, manifest, state)
     outcomes = [Outcome.from_json(o) for o in state["outcomes"]]
-    return _result(root, state, outcomes, patches, "stopped", state_dir(root, engine) / "repo")
+    status: Status = "review" if state["status"] == "review" else "stopped"
+    return _result(root, state, outcomes, patches, status, state_dir(root, engine) / "repo")
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    engine: str
+    from_version: str  # the pin restored
+    to_version: str  # the pin undone
+    restored: tuple[str, ...]
+
+
+def undo(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | None = None) -> UndoResult:
+    """``--undo``: put the manifest, ``series``, the patches and ``DROPPED`` back as they were before the last
+    publish, byte for byte (from ``build/rebase-history/ENGINE``). Refused when they changed since that publish."""
+    load_engine(root, engine)
+    with engine_lock(root, engine, command=f"overlay rebase {engine} --undo", wait=wait, reporter=reporter):
+        reporter = reporter or NullReporter()
+        if (state_dir(root, engine) / STATE_FILE).is_file():
+            raise UsageError(f"a rebase of {engine} is in progress; --undo undoes a published one",
+                             tip=f"`overlay rebase {engine} --abort` gives up the one in progress")
+        record_path = history_dir(root, engine) / LAST_PUBLISH
+        if not record_path.is_file():
+            raise UsageError(f"no published rebase of {engine} to undo (no {record_path})",
+                             tip="--undo works once, right after `overlay rebase` published")
+        record = read_json_state(record_path, what="last publish record", tip=f"remove {record_path}")
+        hist = history_dir(root, engine) / (str(record.get("dir", "")) if isinstance(record, dict) else "")
+        if not isinstance(record, dict) or not record.get("dir") or not (hist / "old" / "series").is_file() \
+                or not (hist / "manifest.toml").is_file():
+            raise ConfigError(f"{record_path} names no complete copy of the series before the publish ({hist})",
+                              tip=f"restore patches/{engine} and overlays/{engine}.toml from version control")
+        manifest = load_engine(root, engine)
+        if _snapshot(root, manifest) != record.get("published"):
+            raise UsageError(
+                f"patches/{engine} or {manifest.path.name} changed since the rebase {record['from']} -> {record['to']} "
+                "was published; undoing now would throw that away",
+                tip="put them back as the rebase left them, or restore the old series from version control",
+            )
+        restored = _restore_backup(root, manifest, hist, series_name="old")
+        record_path.unlink()
+        reporter.step("rebase", f"undone: {engine} back at {record['from']} ({len(restored)} files put back)")
+        return UndoResult(engine=engine, from_version=str(record["from"]), to_version=str(record["to"]),
+                          restored=tuple(restored))
 
 
 # ------------------------------------------------------------------ publish
@@ -324,7 +492,7 @@ def _publish(
     version = to["version"]
     new_artifacts = tuple(_artifact_from_json(a) for a in to["artifacts"])
     series_dir = manifest.series_dir(root)
-    series_text = _series_text((series_dir / "series").read_text(encoding="utf-8"), engine, version, to.get("commit"),
+    series_text = _series_text(read_inside(root, series_dir / "series", what="series file").decode("utf-8"), engine, version, to.get("commit"),
                                [n for n, _d in new_files])
     dropped = [o for o in outcomes if o.dropped]
     ledger_path = series_dir / LEDGER
@@ -337,28 +505,40 @@ def _publish(
         shutil.rmtree(backup)
     shutil.copytree(series_dir, backup / "series")
     shutil.copy2(manifest.path, backup / "manifest.toml")
+    atomic_write_text(backup / BACKUP_COMPLETE, "the publish backup is complete\n")
     state["status"] = "publishing"
     _save_state(sdir, state)
-    for name, data in new_files:
-        target = series_dir / name
-        if not target.is_file() or target.read_bytes() != data:
-            atomic_write_bytes(target, data)
-    if dropped:
-        atomic_write_text(ledger_path, ledger_text)
-    atomic_write_text(series_dir / "series", series_text)
-    keep = {n for n, _d in new_files}
-    for old in series_dir.glob("*.patch"):
-        if old.name not in keep:
-            old.unlink()
-    atomic_write_text(manifest.path, manifest_text)
-    hist = history_dir(root, engine) / f"{state['from']['version']}-to-{version}"
-    if hist.exists():
-        shutil.rmtree(hist)
-    hist.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(backup / "series", hist / "old")
-    result = _result(root, state, outcomes, patches, "published", None, series=tuple(n for n, _d in new_files))
-    _write_report(root, state, result, patches)
-    shutil.copy2(report_path(root, engine), hist / "report.json")
+    try:
+        for name, data in new_files:
+            target = series_dir / name
+            if not target.is_file() or target.read_bytes() != data:
+                atomic_write_bytes(target, data)
+        if dropped:
+            atomic_write_text(ledger_path, ledger_text)
+        atomic_write_text(series_dir / "series", series_text)
+        keep = {n for n, _d in new_files}
+        for old in series_dir.glob("*.patch"):
+            if old.name not in keep:
+                old.unlink()
+        atomic_write_text(manifest.path, manifest_text)
+        hist = history_dir(root, engine) / f"{state['from']['version']}-to-{version}"
+        if hist.exists():
+            shutil.rmtree(hist)
+        hist.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(backup / "series", hist / "old")
+        shutil.copy2(backup / "manifest.toml", hist / "manifest.toml")
+        result = _result(root, state, outcomes, patches, "published", None, series=tuple(n for n, _d in new_files))
+        _write_report(root, state, result, patches)
+        shutil.copy2(report_path(root, engine), hist / "report.json")
+        atomic_write_json(history_dir(root, engine) / LAST_PUBLISH, {
+            "version": 1, "engine": engine, "from": state["from"]["version"], "to": version, "dir": hist.name,
+            "published": _snapshot(root, manifest)})
+    except BaseException:  # put the old series back now; when that fails too, --abort does it from the backup
+        with contextlib.suppress(Exception):
+            _restore_backup(root, manifest, backup)
+            state["status"] = "running"
+            _save_state(sdir, state)
+        raise
     shutil.rmtree(sdir)
     reporter.step("rebase", f"published: {engine} {version}, {len(new_files)} patches, {len(dropped)} dropped")
     return result
@@ -450,8 +630,58 @@ def _load_state(root: Path, engine: str) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"no rebase of {engine} is in progress (no {path})",
                          tip=f"start one with `overlay rebase {engine} --to VERSION`")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    tip = (f"`overlay rebase {engine} --abort` discards the rebase (patches/ and overlays/ are put back from its "
+           "backup if a publish was interrupted)")
+    data = read_json_state(path, what="rebase state", tip=tip)
+    problem = _state_problem(data, engine)
+    if problem:
+        raise ConfigError(f"rebase state {path} has the wrong shape: {problem}", tip=tip)
+    state: dict[str, Any] = data
+    return state
+
+
+def _state_problem(data: Any, engine: str) -> str:
+    """What is wrong with a parsed ``state.json`` ("" when it has the shape this module writes)."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, expected an object"
+    if data.get("version") != 1:
+        return f"version {data.get('version')!r}, expected 1"
+    if data.get("engine") != engine:
+        return f"engine {data.get('engine')!r}, expected {engine!r}"
+    if data.get("status") not in ("running", "stopped", "review", "publishing"):
+        return f"status {data.get('status')!r}"
+    for key in ("old_base", "new_base", "head"):
+        if not isinstance(data.get(key), str):
+            return f"{key!r} is {data.get(key)!r}, expected a commit id"
+    frm, to = data.get("from"), data.get("to")
+    if not isinstance(frm, dict) or not isinstance(frm.get("version"), str):
+        return "'from' has no version"
+    if not isinstance(to, dict) or not isinstance(to.get("version"), str) or not isinstance(to.get("artifacts"), list):
+        return "'to' has no version or artifacts"
+    if not all(isinstance(a, dict) and isinstance(a.get("filename"), str) and isinstance(a.get("sha256"), str)
+               for a in to["artifacts"]):
+        return "'to.artifacts' is not a list of {filename, sha256}"
+    if not isinstance(data.get("old_commits"), list) or not all(isinstance(c, str) for c in data["old_commits"]):
+        return "'old_commits' is not a list of commit ids"
+    if not isinstance(data.get("patches"), list) or not all(
+        isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("sha256"), str)
+        for p in data["patches"]
+    ):
+        return "'patches' is not a list of {name, sha256}"
+    snap = data.get("snapshot")
+    if not isinstance(snap, dict) or not isinstance(snap.get("manifest"), str) or not isinstance(snap.get("series"), dict):
+        return "'snapshot' has no manifest hash or series"
+    renames = data.get("renames", {})
+    if not isinstance(renames, dict) or not all(isinstance(v, list) and len(v) == 2 for v in renames.values()):
+        return "'renames' is not a map of [path, similarity]"
+    if not isinstance(data.get("outcomes"), list):
+        return "'outcomes' is not a list"
+    try:
+        for o in data["outcomes"]:
+            Outcome.from_json(o)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"an entry of 'outcomes' does not read ({type(exc).__name__}: {exc})"
+    return ""
 
 
 def _workspace(root: Path, state: dict[str, Any]) -> Workspace:
@@ -494,18 +724,18 @@ def _check_snapshot(root: Path, manifest: Manifest, state: dict[str, Any]) -> No
         )
 
 
-def _restore_backup(root: Path, manifest: Manifest, backup: Path) -> list[str]:
+def _restore_backup(root: Path, manifest: Manifest, backup: Path, *, series_name: str = "series") -> list[str]:
     series_dir = manifest.series_dir(root)
     restored = []
-    saved = {p.name for p in (backup / "series").iterdir()}
+    saved = {p.name for p in (backup / series_name).iterdir()}
     for p in series_dir.iterdir():
         if p.is_file() and p.name not in saved:
             p.unlink()
             restored.append(str(p))
-    for p in sorted((backup / "series").iterdir()):
+    for p in sorted((backup / series_name).iterdir()):
         target = series_dir / p.name
         if not target.is_file() or target.read_bytes() != p.read_bytes():
-            atomic_write_bytes(target, p.read_bytes())
+            atomic_write_bytes(target, p.read_bytes(), mode=new_file_mode(p))
             restored.append(str(target))
     saved_manifest = (backup / "manifest.toml").read_bytes()
     if manifest.path.read_bytes() != saved_manifest:
@@ -522,15 +752,14 @@ def _checkout_guard(root: Path, engine: str) -> None:
     tip = (f"`overlay refresh {engine}` first (or discard the work), or pass --force to rebase the series as it is in "
            f"patches/{engine} (the worktree stays on the old base)")
     # --no-optional-locks: looking must not rewrite the worktree's index (abort promises a byte-identical worktree)
-    status_out = gitops.run(["--no-optional-locks", "status", "--porcelain=v1", "--untracked-files=all"], cwd=wt).stdout
-    dirty = [line[3:] for line in status_out.decode("utf-8", "replace").splitlines() if line.strip()]
+    dirty = gitops.status_paths(wt, optional_locks=False)
     if dirty:
         raise UsageError(f"{wt} has uncommitted changes ({', '.join(dirty[:3])}{' ...' if len(dirty) > 3 else ''})", tip=tip)
     try:
-        st = read_state(wt)
+        st = read_state(wt, engine=engine)
     except UsageError:
         return
-    proc = gitops.run(["rev-list", "--reverse", f"{st['base']}..HEAD"], cwd=wt, check=False)
+    proc = gitops.run(["rev-list", "--reverse", "--end-of-options", f"{st['base']}..HEAD"], cwd=wt, check=False)
     commits = proc.stdout.decode().split()
     if proc.returncode != 0 or commits != [p["commit"] for p in st.get("patches", [])]:
         raise UsageError(f"{wt} has commits that `overlay refresh` has not written back to patches/{engine}", tip=tip)
@@ -563,7 +792,17 @@ def _result(
         artifacts=tuple(_artifact_from_json(a) for a in state["to"]["artifacts"]),
         series=series,
         seconds=float(state.get("seconds", 0.0)),
+        warnings=_requires_warnings(outcomes, patches),
+        review=tuple(state.get("review", ())) if status == "review" else (),
     )
+
+
+def _requires_warnings(outcomes: Sequence[Outcome], patches: tuple[Patch, ...]) -> tuple[str, ...]:
+    """The Overlay-Requires of the patches still in the series (kept or not reached) that a drop or --skip broke."""
+    from overlay.lint import requires_warnings
+
+    dropped = {o.name for o in outcomes if o.dropped}
+    return requires_warnings([p for p in patches if p.name not in dropped])
 
 
 def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -589,6 +828,8 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
         "series": list(result.series),
         "bases": {"old": state["old_base"], "new": state["new_base"]} if state else None,
         "seconds": round(result.seconds, 3),
+        "warnings": list(result.warnings),
+        "review": list(result.review),
     }
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,11 +20,19 @@ from packaging.utils import (
     canonicalize_name,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from overlay.errors import ExternalCommandError, IntegrityError, UsageError
-from overlay.fetch import _download_url, cache_dir, cached_path, fetch_artifact, pip_download_args
-from overlay.fsutil import atomic_write_json, owned_scratch, sha256_file
+from overlay.fetch import (
+    _download_url,
+    cache_dir,
+    cached_path,
+    check_cache_slot,
+    fetch_artifact,
+    pip_download_args,
+    pip_not_found,
+)
+from overlay.fsutil import atomic_write_json, owned_scratch, publish_file, sha256_file
 from overlay.manifest import Artifact, Manifest, artifact_name_parts
 from overlay.progress import NullReporter, Reporter
 
@@ -55,8 +62,8 @@ class Release:
 def check_version(version: str) -> str:
     try:
         v = Version(version)
-    except InvalidVersion:
-        raise UsageError(f"{version!r} is not a PEP 440 version", tip="give a release number, e.g. 0.32.1") from None
+    except ValueError:  # InvalidVersion, or a release number too long for int()
+        raise UsageError(f"{version[:60]!r} is not a PEP 440 version", tip="give a release number, e.g. 0.32.1") from None
     if v.local is not None:
         raise UsageError(f"{version!r} has a local label; name a public upstream release")
     return str(v)
@@ -125,10 +132,19 @@ def _records(path: Path) -> dict[str, dict[str, str]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())["artifacts"]
-    except (ValueError, KeyError, TypeError):
+        data = json.loads(path.read_text(encoding="utf-8"))["artifacts"]
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable, not UTF-8, not JSON, not the schema: forget it
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    # a cache record is only a hint (the file's hash is checked again); entries that are not the schema are dropped
+    return {
+        key: entry
+        for key, entry in data.items()
+        if isinstance(entry, dict)
+        and all(isinstance(entry.get(k), str) for k in ("filename", "sha256"))
+        and isinstance(entry.get("url", ""), str)
+    }
 
 
 def _remember(root: Path, manifest: Manifest, artifact: Artifact) -> None:
@@ -167,7 +183,7 @@ def _resolve_one(
         if url:
             name = url.rstrip("/").rsplit("/", 1)[-1]
             reporter.step("fetch", f"{name}: downloading from {url}")
-            got = _download_url(Artifact(filename=name, sha256="0" * 64, url=url), scratch)
+            got = _download_url(Artifact(filename=name, sha256="0" * 64, url=url), scratch, origin="--url")
         else:
             reporter.step("fetch", f"{target.distribution} {target.upstream.version}: downloading through pip")
             got = _download_pip(target, old, scratch)
@@ -175,8 +191,8 @@ def _resolve_one(
         sha = sha256_file(got)
         artifact = Artifact(filename=got.name, sha256=sha, url=url)
         dest = cached_path(root, artifact)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(got, dest)
+        check_cache_slot(dest)
+        publish_file(got, dest)
     _remember(root, target, artifact)
     reporter.step("fetch", f"{artifact.filename}: sha256 {sha} ({dest.stat().st_size} bytes)")
     return artifact, dest
@@ -187,6 +203,14 @@ def _download_pip(target: Manifest, old: Artifact, scratch: Path) -> Path:
     out.mkdir()
     args = [sys.executable, "-m", "pip", *pip_download_args(target, old), "--dest", str(out)]
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
+    if missing is not None:
+        raise UsageError(
+            f"{target.distribution} {target.upstream.version} is not a release the package index has "
+            f"(selected like {old.filename}; versions it offers: {missing[1]})",
+            tip="name one of those versions with --to (see `pip index versions " + target.distribution + "`), "
+            "or pass --url for a release the index does not have",
+        )
     if proc.returncode != 0:
         raise ExternalCommandError(
             f"pip could not download {target.distribution}=={target.upstream.version} "
@@ -216,13 +240,6 @@ def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
 
 def wheel_tree(path: Path, package_root: str) -> dict[str, bytes]:
     """A wheel's files (dist-info and .data excluded) at git-repository-root paths, as ``checkout`` lays them out."""
-    from overlay.wheels import read_wheel
+    from overlay.wheels import read_wheel, repo_layout_files
 
-    prefix = package_root.strip("/")
-    files: dict[str, bytes] = {}
-    for rel, data in read_wheel(path).tree.files.items():
-        top = rel.split("/", 1)[0]
-        if top.endswith((".dist-info", ".data")):
-            continue
-        files[f"{prefix}/{rel}" if prefix else rel] = data
-    return files
+    return repo_layout_files(read_wheel(path), package_root)

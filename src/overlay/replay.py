@@ -59,6 +59,10 @@ class Outcome:
     moved: tuple[HunkMove, ...] = ()
     kept_bytes: bool = False  # the rebased commit's diff is byte-identical to the old one: the file is kept
     new_name: str | None = None
+    # a dry run's conflict: the patch's own ("own"), or only there because earlier conflicts were left out
+    # ("inherited": it does not conflict once those take their own side, as a person's resolution would)
+    conflict_kind: Literal["own", "inherited"] | None = None
+    inherited_from: tuple[str, ...] = ()
 
     @property
     def resolved(self) -> bool:
@@ -87,6 +91,8 @@ class Outcome:
             "gone": list(self.gone),
             "conflicts": list(self.conflicts),
             "moved_hunks": [m.to_json() for m in self.moved],
+            "conflict_kind": self.conflict_kind,
+            "inherited_from": list(self.inherited_from),
         }
 
     @classmethod
@@ -108,6 +114,8 @@ class Outcome:
             conflicts=tuple(d.get("conflicts", [])),
             moved=tuple(HunkMove(path=m["path"], index=m["hunk"], before=tuple(m["before"]), after=tuple(m["after"]))
                         for m in d.get("moved_hunks", [])),
+            conflict_kind=d.get("conflict_kind"),
+            inherited_from=tuple(d.get("inherited_from", [])),
         )
 
 
@@ -290,7 +298,7 @@ def prepare(
 def upstream_renames(repo: Path, old: str, new: str) -> dict[str, tuple[str, int]]:
     """Files git sees renamed between two trees: old path -> (new path, similarity %)."""
     raw = gitops.run(["diff", "-M", "--name-status", "-z", "--diff-filter=R", old, new], cwd=repo).stdout
-    parts = raw.decode("utf-8", "replace").split("\0")
+    parts = raw.decode("utf-8", "surrogateescape").split("\0")
     out: dict[str, tuple[str, int]] = {}
     i = 0
     while i + 2 < len(parts) and parts[i]:
@@ -399,8 +407,7 @@ def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | No
     if not ok:
         return dataclasses.replace(base, cls="conflict", resolution="pending", conflicts=conflicts,
                                    detail="3-way merge conflicts in " + ", ".join(conflicts))
-    staged = gitops.out(["diff", "--cached", "--name-only"], cwd=repo).split("\n")
-    staged = [s for s in staged if s]
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
     if not staged:
         clear_pick_state(repo)
         return dataclasses.replace(
@@ -412,8 +419,12 @@ def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | No
         base, cls="merged", commit=commit, detail=f"3-way merge resolved it ({len(staged)} file{'s' * (len(staged) != 1)})"))
 
 
-def replay_all(ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, reporter: Reporter | None = None) -> list[Outcome]:
-    """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on."""
+def replay_all(
+    ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, take_own: bool = False, reporter: Reporter | None = None
+) -> list[Outcome]:
+    """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on; with
+    ``take_own`` a conflicting patch is instead resolved with its own side of every conflict (``git cherry-pick -X
+    theirs``) and committed, as a person's resolution would be, so the later patches meet it."""
     reporter = reporter or NullReporter()
     outcomes: list[Outcome] = []
     for i, patch in enumerate(patches):
@@ -424,12 +435,55 @@ def replay_all(ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, reporte
             if stop:
                 break
             discard_attempt(ws.repo)
+            if take_own and out.cls == "conflict":
+                _take_own_side(ws.repo, out.old_commit, patch)
     return outcomes
+
+
+def _take_own_side(repo: Path, commit: str, patch: Patch) -> None:
+    proc = gitops.run(["cherry-pick", "--no-commit", "-X", "theirs", commit], cwd=repo, check=False)
+    unmerged = gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo)
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
+    if proc.returncode != 0 or unmerged or not staged:
+        discard_attempt(repo)
+        return
+    clear_pick_state(repo)
+    commit_as_patch(repo, patch)
+
+
+def estimate_conflicts(ws: Workspace, patches: tuple[Patch, ...], outcomes: list[Outcome], *,
+                       reporter: Reporter | None = None) -> list[Outcome]:
+    """A dry run's conflicts told apart: replay the series again from the new tree with each conflicting patch
+    resolved by its own side, and call a conflict ``own`` when it conflicts there too, ``inherited`` (from the
+    earlier conflicting patches that touch its files) when it does not."""
+    if not any(o.cls == "conflict" for o in outcomes):
+        return outcomes
+    discard_attempt(ws.repo)
+    gitops.run(["reset", "-q", "--hard", ws.new_base], cwd=ws.repo)
+    again = replay_all(ws, patches, stop=False, take_own=True, reporter=reporter)
+    out: list[Outcome] = []
+    own: list[tuple[str, frozenset[str]]] = []
+    for o, r, patch in zip(outcomes, again, patches):
+        paths = frozenset(patch.paths)
+        if o.cls == "conflict" and r.cls == "conflict":
+            out.append(dataclasses.replace(o, conflict_kind="own"))
+            own.append((o.name, paths))
+        elif o.cls == "conflict":
+            sources = tuple(n for n, ps in own if ps & paths) or tuple(n for n, _ps in own)
+            out.append(dataclasses.replace(
+                o, conflict_kind="inherited", inherited_from=sources,
+                detail=o.detail + f"; inherited: {r.cls} once {', '.join(n[:4] for n in sources)} "
+                       f"{'is' if len(sources) == 1 else 'are'} resolved"))
+        else:
+            out.append(o)
+            if r.cls == "conflict":
+                own.append((o.name, paths))
+    return out
 
 
 def _cherry_pick(repo: Path, commit: str) -> tuple[bool, tuple[str, ...]]:
     proc = gitops.run(["cherry-pick", "--no-commit", commit], cwd=repo, check=False)
-    unmerged = tuple(sorted({p for p in gitops.out(["diff", "--name-only", "--diff-filter=U"], cwd=repo).split("\n") if p}))
+    unmerged = tuple(sorted(set(gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo))))
     if proc.returncode == 0 and not unmerged:
         return True, ()
     if not unmerged:
@@ -506,7 +560,7 @@ def resolve_stopped(
                 tip=f"squash your commits into one (git reset --soft {recorded_head[:12]}), then --continue",
             )
         gitops.run(["reset", "-q", "--soft", recorded_head], cwd=repo)
-    unmerged = sorted({p for p in gitops.out(["diff", "--name-only", "--diff-filter=U"], cwd=repo).split("\n") if p})
+    unmerged = sorted(set(gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo)))
     marked = [m for m in (_first_marker(repo, p) for p in unmerged) if m]
     if marked:
         raise ConflictError(
@@ -514,8 +568,8 @@ def resolve_stopped(
             tip=f"edit the files until no conflict markers are left, then `overlay rebase {engine} --continue` (or "
             "--skip to drop the patch, --abort to give up)",
         )
-    gitops.run(["add", "-A", "."], cwd=repo)
-    staged = [p for p in gitops.out(["diff", "--cached", "--name-only"], cwd=repo).split("\n") if p]
+    gitops.run(["add", "-A", "--", "."], cwd=repo)
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
     marked = [m for m in (_first_marker(repo, p) for p in staged) if m]
     if marked:
         raise ConflictError(f"conflict markers are left in {'; '.join(marked)} (in {repo})",

@@ -7,15 +7,20 @@ tree) is refused with the file and line named.
 
 from __future__ import annotations
 
+import email.errors
 import email.header
 import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from overlay.errors import ConfigError, IntegrityError
 from overlay.fsutil import safe_relpath
+from overlay.inputs import check_name, inside_root, read_inside
+
+if TYPE_CHECKING:
+    from overlay.mechanism import Flag, Mechanism
 
 THEMES = (
     "cuda-graph",
@@ -42,6 +47,8 @@ FileKind = Literal["modify", "add", "delete", "rename", "copy"]
 
 _PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+_MAX_DIGITS = 9  # a line number or count with more digits is not a real patch (and int() of 5000 digits raises)
+_BLOB = re.compile(rb"^[0-9a-f]{4,64}$")
 _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
 _MODE = re.compile(rb"^(100644|100755|120000|160000|040000)$")
@@ -141,6 +148,29 @@ class Patch:
     def paths(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p for f in self.files for p in f.paths))
 
+    def trailer_values(self, key: str) -> tuple[str, ...]:
+        """Every value of a trailer that may repeat (``Overlay-Mechanism``, ``Overlay-Requires``), in message order."""
+        return tuple(v for k, v in self.trailers if k.lower() == key.lower())
+
+    @property
+    def flags(self) -> tuple[Flag, ...]:
+        """The parsed ``Overlay-Flag`` values (raises ConfigError on a malformed one; `overlay lint` reports it)."""
+        from overlay.mechanism import parse_flag
+
+        return tuple(parse_flag(v) for v in self.trailer_values("Overlay-Flag"))
+
+    @property
+    def mechanisms(self) -> tuple[Mechanism, ...]:
+        """The parsed ``Overlay-Mechanism`` lines (scenario names checked against every engine's census)."""
+        from overlay.mechanism import parse_mechanism
+
+        return tuple(parse_mechanism(v) for v in self.trailer_values("Overlay-Mechanism"))
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The patch file names ``Overlay-Requires`` lists (earlier patches of the same series)."""
+        return tuple(name for v in self.trailer_values("Overlay-Requires") for name in v.split())
+
 
 @dataclass(frozen=True)
 class Series:
@@ -177,13 +207,20 @@ class SeriesFile:
     names: tuple[str, ...]
 
 
-def parse_series_file(path: Path) -> SeriesFile:
+def parse_series_file(path: Path, *, root: Path | None = None) -> SeriesFile:
+    """Parse a ``series`` file, read without following a symlink out of ``root`` (default: its folder)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_inside(path.parent if root is None else root, path, what="series file")
     except FileNotFoundError:
         raise ConfigError(
             f"{path} does not exist", tip="create it with `# base: ENGINE VERSION COMMIT` as its first line"
         ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad_line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{bad_line}: not UTF-8 (byte {data[exc.start]:#04x})",
+                          tip="patch file names are ASCII; save series as UTF-8") from None
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# base:"):
         raise ConfigError(f"{path}:1: the first line must be `# base: ENGINE VERSION COMMIT`, got {lines[:1]!r}")
@@ -201,6 +238,7 @@ def parse_series_file(path: Path) -> SeriesFile:
             continue
         if " " in entry or "\t" in entry:
             raise ConfigError(f"{path}:{lineno}: one patch file name per line, got {entry!r} (options are not supported)")
+        check_name(entry, what="patch name", where=f"{path}:{lineno}")
         if not _PATCH_NAME.match(entry):
             raise ConfigError(f"{path}:{lineno}: {entry!r} is not a patch file name of the form NNNN-slug.patch")
         if entry in seen:
@@ -210,9 +248,15 @@ def parse_series_file(path: Path) -> SeriesFile:
     return SeriesFile(engine=engine, base_version=version, base_commit=None if commit == "-" else commit, names=tuple(names))
 
 
-def load_series(series_dir: Path, *, check_folder: bool = True) -> Series:
-    """Parse ``series`` and every patch it names; with ``check_folder``, refuse patch files it does not name."""
-    sf = parse_series_file(series_dir / "series")
+def load_series(series_dir: Path, *, check_folder: bool = True, root: Path | None = None) -> Series:
+    """Parse ``series`` and every patch it names; with ``check_folder``, refuse patch files it does not name.
+
+    The folder, ``series`` and every patch file must resolve inside ``root`` (default: the folder itself): a symlink
+    that leads out is refused with IntegrityError (:mod:`overlay.inputs`).
+    """
+    root = series_dir if root is None else root
+    inside_root(root, series_dir, what="series folder")
+    sf = parse_series_file(series_dir / "series", root=root)
     if check_folder:
         on_disk = {p.name for p in series_dir.glob("*.patch")}
         missing = [n for n in sf.names if n not in on_disk]
@@ -234,7 +278,7 @@ def load_series(series_dir: Path, *, check_folder: bool = True) -> Series:
             if num in numbers:
                 raise ConfigError(f"{series_dir}: {n!r} and {numbers[num]!r} share the number {num}", tip="run `overlay refresh` to renumber")
             numbers[num] = n
-    patches = tuple(parse_patch(series_dir / n) for n in sf.names)
+    patches = tuple(parse_patch(series_dir / n, root=root) for n in sf.names)
     return Series(
         engine=sf.engine,
         base_version=sf.base_version,
@@ -247,9 +291,10 @@ def load_series(series_dir: Path, *, check_folder: bool = True) -> Series:
 # ---------------------------------------------------------------- patch files
 
 
-def parse_patch(path: Path) -> Patch:
+def parse_patch(path: Path, *, root: Path | None = None) -> Patch:
+    """Parse one patch file, read without following a symlink out of ``root`` (default: its folder)."""
     try:
-        raw = path.read_bytes()
+        raw = read_inside(path.parent if root is None else root, path, what="patch file")
     except FileNotFoundError:
         raise ConfigError(f"patch {path} does not exist") from None
     return parse_patch_bytes(raw, name=path.name, where=str(path))
@@ -279,7 +324,7 @@ def parse_patch_bytes(raw: bytes, *, name: str, where: str | None = None) -> Pat
     for key in ("from", "subject"):
         if key not in headers:
             raise ConfigError(f"{where}: missing the {key.capitalize()}: header")
-    subject = _SUBJECT_PREFIX.sub("", _decode_header(headers["subject"]))
+    subject = _SUBJECT_PREFIX.sub("", _decode_header(headers["subject"], where, "Subject"))
     i += 1  # blank line
     body_lines: list[str] = []
     while i < len(lines) and lines[i] != b"---" and not lines[i].startswith(b"diff --git "):
@@ -300,7 +345,7 @@ def parse_patch_bytes(raw: bytes, *, name: str, where: str | None = None) -> Pat
     return Patch(
         name=name,
         raw=raw,
-        author=_decode_header(headers["from"]),
+        author=_decode_header(headers["from"], where, "From"),
         date=headers.get("date", ""),
         subject=subject,
         body=body,
@@ -316,11 +361,24 @@ def _decode(line: bytes, where: str, lineno: int) -> str:
         raise ConfigError(f"{where}:{lineno}: the message is not UTF-8") from None
 
 
-def _decode_header(value: str) -> str:
-    parts = email.header.decode_header(value)
-    out = []
-    for text, charset in parts:
-        out.append(text.decode(charset or "utf-8") if isinstance(text, bytes) else text)
+def _decode_header(value: str, where: str = "patch", header: str = "header") -> str:
+    """A mail header with RFC 2047 encoded words (``=?utf-8?q?...?=``) decoded; an unknown charset or an encoded word
+    that does not decode is a ConfigError naming the header."""
+    try:
+        parts = email.header.decode_header(value)
+        out = []
+        for text, charset in parts:
+            out.append(text.decode(charset or "utf-8") if isinstance(text, bytes) else text)
+    except LookupError as exc:  # an unknown charset (`=?x-unknown?q?...?=`)
+        raise ConfigError(
+            f"{where}: the {header}: header {value[:80]!r} uses an unknown charset ({exc})",
+            tip="re-export the patch with `git format-patch` (it writes UTF-8 encoded words)",
+        ) from None
+    except (UnicodeError, ValueError, email.errors.HeaderParseError) as exc:
+        raise ConfigError(
+            f"{where}: the {header}: header {value[:80]!r} does not decode ({exc})",
+            tip="re-export the patch with `git format-patch` (it writes UTF-8 encoded words)",
+        ) from None
     return "".join(out).strip()
 
 
@@ -361,7 +419,12 @@ def _unquote(path: bytes, where: str, lineno: int) -> str:
                 if e in simple:
                     out.append(simple[e])
                 elif 0x30 <= e <= 0x37:
-                    out.append(int(inner[j : j + 3], 8))
+                    digits = inner[j : j + 3]
+                    if not re.fullmatch(rb"[0-7]{3}", digits) or int(digits, 8) > 0o377:
+                        raise ConfigError(
+                            f"{where}:{lineno}: bad octal escape \\{digits.decode('latin-1')} in quoted path {path!r}"
+                        )
+                    out.append(int(digits, 8))
                     j += 2
                 else:
                     raise ConfigError(f"{where}:{lineno}: bad escape in quoted path {path!r}")
@@ -385,13 +448,15 @@ def _strip_prefix(path: str, prefix: str, where: str, lineno: int) -> str:
 def _split_git_header(rest: bytes, where: str, lineno: int) -> tuple[str, str]:
     """``diff --git a/X b/Y``: both sides, quoted or not. For unquoted paths with spaces, assume X == Y."""
     if rest.startswith(b'"'):
-        end = rest.index(b'"', 1)
-        while rest[end - 1 : end] == b"\\":
-            end = rest.index(b'"', end + 1)
+        end = _closing_quote(rest)
+        if end < 0 or rest[end + 1 : end + 2] != b" ":
+            raise ConfigError(f"{where}:{lineno}: unterminated quoted path in `diff --git {rest[:80]!r}`")
         a, b = rest[: end + 1], rest[end + 2 :]
         return _unquote(a, where, lineno), _unquote(b, where, lineno)
     if rest.endswith(b'"'):
-        start = rest.rindex(b' "')
+        start = rest.rfind(b' "')
+        if start < 0:
+            raise ConfigError(f"{where}:{lineno}: unterminated quoted path in `diff --git {rest[:80]!r}`")
         return _unquote(rest[:start], where, lineno), _unquote(rest[start + 1 :], where, lineno)
     half = (len(rest) - 1) // 2
     if len(rest) % 2 == 1 and rest[half : half + 1] == b" " and rest[2:half] == rest[half + 3 :]:
@@ -400,6 +465,20 @@ def _split_git_header(rest: bytes, where: str, lineno: int) -> tuple[str, str]:
     if len(parts) != 2:
         raise ConfigError(f"{where}:{lineno}: cannot split `diff --git` paths {rest!r}")
     return _unquote(parts[0], where, lineno), _unquote(parts[1], where, lineno)
+
+
+def _closing_quote(quoted: bytes) -> int:
+    """Index of the quote that closes the C-quoted string ``quoted`` starts with (-1 when there is none)."""
+    j = 1
+    while j < len(quoted):
+        c = quoted[j]
+        if c == 0x5C:  # backslash: skip the escaped character
+            j += 2
+            continue
+        if c == 0x22:
+            return j
+        j += 1
+    return -1
 
 
 def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
@@ -447,6 +526,8 @@ def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
                 blobs = spec[0].split(b"..")
                 if len(blobs) != 2:
                     raise ConfigError(f"{where}:{lineno}: malformed index line {h!r}")
+                if not all(_BLOB.match(b) for b in blobs):
+                    raise ConfigError(f"{where}:{lineno}: malformed index line {h[:80]!r} (expected hex blob ids)")
                 old_blob, new_blob = blobs[0].decode(), blobs[1].decode()
                 if len(spec) > 1:
                     mode = _mode(spec[1], where, lineno)
@@ -528,6 +609,12 @@ def _parse_hunk(lines: list[bytes], i: int, where: str) -> tuple[Hunk, int]:
     m = _HUNK.match(lines[i])
     if not m:
         raise ConfigError(f"{where}:{header_line}: malformed hunk header {lines[i][:80]!r}")
+    if any(g is not None and len(g) > _MAX_DIGITS for g in m.groups()[:4]):
+        raise ConfigError(
+            f"{where}:{header_line}: hunk header {lines[i][:80]!r} has a line number or count of more than "
+            f"{_MAX_DIGITS} digits",
+            tip="the patch is damaged; re-export it with `git format-patch`",
+        )
     old_start, new_start = int(m.group(1)), int(m.group(3))
     old_len = int(m.group(2)) if m.group(2) is not None else 1
     new_len = int(m.group(4)) if m.group(4) is not None else 1

@@ -1,6 +1,6 @@
 """Read, rewrite and write wheels deterministically.
 
-Reading validates the archive (CRC, duplicate members, names that escape the tree, symlinks). Writing sorts members
+Reading validates the archive (CRC; every member through overlay.archive_policy; RECORD hashes and sizes). Writing sorts members
 (the .dist-info folder last, RECORD last of all), uses fixed timestamps (SOURCE_DATE_EPOCH, clamped to 1980) and fixed
 permissions, and regenerates RECORD, so the same inputs give byte-identical wheels.
 """
@@ -24,8 +24,17 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from overlay.errors import IntegrityError
-from overlay.fsutil import atomic_write_bytes, safe_relpath
+from overlay.archive_policy import (
+    SIGNATURES,
+    STRICT,
+    MemberPolicy,
+    check_control,
+    check_members,
+    check_wheel_layout,
+    zip_kind,
+)
+from overlay.errors import ConfigError, IntegrityError
+from overlay.fsutil import atomic_write_bytes
 from overlay.patching import MemoryTree
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -75,44 +84,128 @@ class WheelContents:
         return str(value) if value is not None else None
 
 
-def read_wheel(path: Path) -> WheelContents:
-    """Read and validate a wheel. IntegrityError (exit 5) for a corrupt, truncated or unsafe archive."""
+def read_wheel(path: Path, *, policy: MemberPolicy = STRICT) -> WheelContents:
+    """Read and validate a wheel. IntegrityError (exit 5) for a corrupt, truncated or unsafe archive.
+
+    Every member passes the archive policy (overlay.archive_policy: no ``.git`` paths, links or special files, no
+    names colliding after case folding or normalisation, one ``.dist-info``, no ``.data`` or root ``.pth`` unless
+    ``policy`` allows it) before any member is read, and RECORD must list every file with its sha256 and size."""
     try:
         name = WheelName.parse(path.name)
     except Exception as exc:  # packaging raises InvalidWheelFilename
         raise IntegrityError(f"{path.name} is not a valid wheel file name: {exc}") from None
+    where = path.name
     tree = MemoryTree()
     try:
         with zipfile.ZipFile(path) as zf:
-            seen: set[str] = set()
-            for info in zf.infolist():
-                member = info.filename
-                if member.endswith("/"):
-                    safe_relpath(member.rstrip("/"), what=f"{path.name}: archive member")
-                    continue
-                rel = str(safe_relpath(member, what=f"{path.name}: archive member"))
-                mode = (info.external_attr >> 16) & 0xFFFF
-                if stat.S_ISLNK(mode):
-                    raise IntegrityError(f"{path.name}: archive member {member!r} is a symlink; refusing it")
-                if rel in seen:
-                    raise IntegrityError(f"{path.name}: archive member {member!r} appears twice")
-                seen.add(rel)
+            infos = {info.filename: info for info in zf.infolist()}
+            files = check_members(((i.filename, zip_kind(i)) for i in zf.infolist()), where=where)
+            dist_info = _find_dist_info(name, [str(rel) for _n, rel in files], where)
+            check_wheel_layout([str(rel) for _n, rel in files], dist_info=dist_info, where=where, policy=policy)
+            for member, rel in files:
+                info = infos[member]
                 data = zf.read(info)  # checks the CRC
-                tree.write(rel, data, executable=bool(mode & stat.S_IXUSR))
+                mode = (info.external_attr >> 16) & 0xFFFF
+                tree.write(str(rel), data, executable=bool(mode & stat.S_IXUSR))
     except zipfile.BadZipFile as exc:
         raise IntegrityError(f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
     except (zlib.error, EOFError) as exc:
         raise IntegrityError(f"{path} is corrupt: {exc}", tip="delete it and fetch again") from None
-    dist_infos = sorted({f.split("/", 1)[0] for f in tree.files if f.split("/", 1)[0].endswith(".dist-info")})
+    contents = WheelContents(name=name, tree=tree, dist_info=dist_info)
+    if tree.read(f"{contents.dist_info}/METADATA") is None or tree.read(f"{contents.dist_info}/WHEEL") is None:
+        raise IntegrityError(f"{path.name}: {contents.dist_info} lacks METADATA or WHEEL")
+    verify_record(tree, dist_info, where=where)
+    _check_wheel_tags(contents)
+    return contents
+
+
+def _find_dist_info(name: WheelName, paths: list[str], where: str) -> str:
+    dist_infos = sorted({p.split("/", 1)[0] for p in paths if p.split("/", 1)[0].endswith(".dist-info")})
     expected = f"{name.distribution}-{name.version}.dist-info"
     matching = [d for d in dist_infos if _same_dist_info(d, expected)]
     if len(matching) != 1:
-        raise IntegrityError(f"{path.name}: expected one dist-info folder like {expected!r}, found {dist_infos}")
-    contents = WheelContents(name=name, tree=tree, dist_info=matching[0])
-    if tree.read(f"{contents.dist_info}/METADATA") is None or tree.read(f"{contents.dist_info}/WHEEL") is None:
-        raise IntegrityError(f"{path.name}: {contents.dist_info} lacks METADATA or WHEEL")
-    _check_wheel_tags(contents)
-    return contents
+        raise IntegrityError(f"{where}: expected one dist-info folder like {expected!r}, found {dist_infos}")
+    return matching[0]
+
+
+_RECORD_HASHES = ("sha256", "sha384", "sha512")
+
+
+def parse_record(data: bytes, *, where: str) -> dict[str, tuple[str, str]]:
+    """RECORD rows as {path: (hash, size)}; IntegrityError for a malformed RECORD or a path listed twice."""
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise IntegrityError(f"{where}: RECORD is not a UTF-8 CSV file: {exc}") from None
+    record: dict[str, tuple[str, str]] = {}
+    for number, row in enumerate(rows, start=1):
+        if not row:
+            continue
+        if len(row) != 3:
+            raise IntegrityError(f"{where}: RECORD line {number} has {len(row)} fields, not 3 (path,hash,size): {row!r}")
+        path, digest, size = row
+        if path in record:
+            raise IntegrityError(f"{where}: RECORD lists {path!r} twice")
+        record[path] = (digest, size)
+    return record
+
+
+def record_problem(path: str, data: bytes, entry: tuple[str, str] | None) -> str | None:
+    """Why ``data`` at ``path`` does not match its RECORD ``entry`` (None when it does)."""
+    if entry is None:
+        return f"{path!r} is not listed in RECORD"
+    digest, size = entry
+    algo, sep, value = digest.partition("=")
+    if not sep or not value:
+        return f"RECORD gives no hash for {path!r}"
+    if algo not in _RECORD_HASHES:
+        return f"RECORD hashes {path!r} with {algo!r}; only {', '.join(_RECORD_HASHES)} are accepted"
+    actual = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode("ascii")
+    if actual != value.rstrip("="):
+        return f"{path!r} does not match its RECORD hash ({algo}={value}, the file has {algo}={actual})"
+    if not size.strip():
+        return f"RECORD gives no size for {path!r}"
+    if size.strip() != str(len(data)):
+        return f"{path!r} is {len(data)} bytes, RECORD says {size}"
+    return None
+
+
+def record_exempt(path: str, dist_info: str) -> bool:
+    """RECORD itself and its signatures are listed without a hash (wheel spec)."""
+    return path == f"{dist_info}/RECORD" or path in {f"{dist_info}/{s}" for s in SIGNATURES}
+
+
+def verify_record(tree: MemoryTree, dist_info: str, *, where: str) -> None:
+    """Every file is in RECORD with a matching hash and size, and RECORD names no file the archive lacks."""
+    data = tree.read(f"{dist_info}/RECORD")
+    if data is None:
+        raise IntegrityError(f"{where}: {dist_info} has no RECORD", tip="a wheel without RECORD cannot be verified; "
+                             "use another artifact")
+    record = parse_record(data, where=where)
+    tip = "the archive was changed after it was built: fetch it again, or rebuild it"
+    for path in sorted(tree.files):
+        if record_exempt(path, dist_info):
+            continue
+        problem = record_problem(path, tree.files[path], record.get(path))
+        if problem:
+            raise IntegrityError(f"{where}: {problem}", tip=tip)
+    for path in sorted(record):
+        if path not in tree.files and not record_exempt(path, dist_info):
+            raise IntegrityError(f"{where}: RECORD lists {path!r}, which the archive does not contain", tip=tip)
+
+
+def repo_layout_files(contents: WheelContents, package_root: str) -> dict[str, bytes]:
+    """The wheel's package files (``.dist-info`` and ``.data`` left out) at git-repository-root paths: how checkout
+    lays out its base commit. A ``.git`` path never gets here (read_wheel refused it); checked again all the same."""
+    prefix = package_root.strip("/")
+    files: dict[str, bytes] = {}
+    for rel, data in contents.tree.files.items():
+        top = rel.split("/", 1)[0]
+        if top.endswith((".dist-info", ".data")):
+            continue
+        check_control(rel, where=contents.name.filename())
+        files[f"{prefix}/{rel}" if prefix else rel] = data
+    return files
 
 
 def _same_dist_info(found: str, expected: str) -> bool:
@@ -217,14 +310,25 @@ def build_record(tree: MemoryTree, dist_info: str) -> bytes:
 
 
 def zip_date_time() -> tuple[int, int, int, int, int, int]:
+    """The members' timestamp: SOURCE_DATE_EPOCH clamped to what a zip can hold (1980-01-01 .. 2107-12-31), else
+    1980-01-01. A value that is not a whole number of seconds is refused (ConfigError naming it)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if not epoch:
+    if epoch is None or not epoch.strip():
         return _ZIP_EPOCH
-    try:
-        t = time.gmtime(max(int(epoch), 315532800))  # clamp to 1980-01-01
-    except ValueError:
-        return _ZIP_EPOCH
+    value = epoch.strip()
+    digits = value[1:] if value[:1] in "+-" else value
+    if not (digits.isascii() and digits.isdigit()):
+        raise ConfigError(
+            f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a whole number of seconds since 1970",
+            tip="set it to an integer (e.g. `export SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)`) or unset it",
+        )
+    seconds = int(value) if len(digits) <= 18 else (-1 if value.startswith("-") else _ZIP_MAX_SECONDS)
+    t = time.gmtime(min(max(seconds, _ZIP_MIN_SECONDS), _ZIP_MAX_SECONDS))
     return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
+
+
+_ZIP_MIN_SECONDS = 315532800  # 1980-01-01T00:00:00Z, the first time a zip member can carry
+_ZIP_MAX_SECONDS = 4354819198  # 2107-12-31T23:59:58Z, the last (DOS time has a 2-second resolution)
 
 
 def write_wheel(contents: WheelContents, out_dir: Path, *, compresslevel: int = 6) -> Path:

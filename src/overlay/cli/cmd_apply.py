@@ -30,6 +30,9 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--prebuilt-python", type=Path, metavar="PYTHON",
                    help="interpreter for the prebuilt step (one with the engine's build deps, e.g. CUDA torch)")
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--allow-unlinted", action="store_true",
+                   help="build even if the series fails lint's static checks (trailers, numbering); overlay.json "
+                        "records the problems")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(execute=execute)
 
@@ -50,6 +53,7 @@ def execute(args: argparse.Namespace) -> int:
         artifact_name=args.artifact,
         prebuilt=args.prebuilt,
         prebuilt_python=args.prebuilt_python,
+        allow_unlinted=args.allow_unlinted,
         reporter=reporter_for(args),
     )
     if args.json:

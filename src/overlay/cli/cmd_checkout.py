@@ -21,6 +21,8 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--upto", type=int, metavar="N", help="commit only the first N patches (refresh keeps the rest)")
     p.add_argument("--force", action="store_true", help="recreate an existing worktree (its commits are lost)")
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
 
@@ -30,7 +32,7 @@ def execute(args: argparse.Namespace) -> int:
 
     root = resolve_root(args)
     result = checkout(root=root, engine=args.engine, worktree=args.worktree, upto=args.upto, force=args.force,
-                      offline=args.offline, reporter=reporter_for(args))
+                      offline=args.offline, wait=args.wait, reporter=reporter_for(args))
     if args.json:
         emit_json({"version": 1, "worktree": str(result.worktree), "base": result.base,
                    "commits": [{"commit": c, "patch": n} for c, n in result.commits]})

@@ -53,6 +53,8 @@ def execute(args: argparse.Namespace) -> int:
                 if p.tip:
                     print(f"TIP {p.tip}", file=sys.stderr)
     problems = [p for r in reports for p in r.problems]
+    if any(p.kind == "integrity" for p in problems):
+        return 5
     if any(p.kind in ("apply", "location") for p in problems):
         return 3
     return 2 if problems else 0

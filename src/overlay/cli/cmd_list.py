@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
+from pathlib import Path
 from typing import Any
 
 from overlay.cli.main import resolve_root
 from overlay.cli.output import emit_json
-from overlay.errors import OverlayError
+from overlay.errors import ConfigError, IntegrityError, OverlayError
+from overlay.fsutil import read_json_state
 from overlay.manifest import engine_names, load_engine
 
 HELP = "list engines, their pinned upstream, patch count and last build"
@@ -22,6 +23,18 @@ def configure_parser(sub: Any) -> None:
     p.set_defaults(execute=execute)
 
 
+def _last_build(path: Path, engine: str) -> dict[str, Any] | None:
+    """The build state ``overlay apply`` writes (None before the first build); a corrupt one is a ConfigError."""
+    if not path.exists():
+        return None
+    tip = f"`overlay apply {engine}` writes it again (or delete {path})"
+    data = read_json_state(path, what="build state", tip=tip)
+    if not isinstance(data, dict) or not isinstance(data.get("wheel"), str) or not isinstance(data.get("wheel_version"), str):
+        raise ConfigError(f"build state {path} has the wrong shape: expected an object with 'wheel' and "
+                          f"'wheel_version' strings", tip=tip)
+    return data
+
+
 def execute(args: argparse.Namespace) -> int:
     from overlay.build import build_dir, load_engine_series
 
@@ -31,10 +44,11 @@ def execute(args: argparse.Namespace) -> int:
         manifest = load_engine(root, name)
         try:
             patches: int | str = len(load_engine_series(root, manifest).patches)
+        except IntegrityError:
+            raise  # a link out of the repository is not a state to list past (docs/security.md)
         except OverlayError as exc:
             patches = f"error: {exc.message}"
-        state_file = build_dir(root) / "state" / f"{name}.json"
-        last = json.loads(state_file.read_text()) if state_file.is_file() else None
+        last = _last_build(build_dir(root) / "state" / f"{name}.json", name)
         rows.append({
             "engine": name,
             "distribution": manifest.distribution,
@@ -48,6 +62,6 @@ def execute(args: argparse.Namespace) -> int:
         return 0
     print(f"{'engine':<12} {'upstream':<10} {'patches':>7}  last build")
     for r in rows:
-        last = r["last_build"]["version"] if r["last_build"] else "-"
-        print(f"{r['engine']:<12} {r['upstream']:<10} {r['patches']!s:>7}  {last}")
+        built = r["last_build"]["version"] if r["last_build"] else "-"
+        print(f"{r['engine']:<12} {r['upstream']:<10} {r['patches']!s:>7}  {built}")
     return 0

@@ -8,7 +8,7 @@ from typing import Any
 
 from overlay.cli.output import emit_json
 
-HELP = "print the provenance of a patched wheel file or of an installed distribution"
+HELP = "verify and print the provenance of a patched wheel file or of an installed distribution"
 EXAMPLE = "overlay provenance build/wheels/mlx-lm/mlx_lm-0.32.2+ovl.1.g1234abcd-py3-none-any.whl"
 
 
@@ -18,18 +18,24 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("target", help="a .whl file, or the name of an installed distribution")
     p.add_argument("--path", action="append", metavar="DIR",
                    help="look for the installed distribution in DIR (a site-packages folder) instead of sys.path")
+    p.add_argument("--verify", action="store_true",
+                   help="also check every patch named in overlay.json against patches/ENGINE/ in the overlay "
+                        "repository (--root)")
     p.add_argument("--json", action="store_true", help="print overlay.json as is")
     p.set_defaults(execute=execute)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.provenance import read_from_installed, read_from_wheel, summary_lines
+    from overlay.cli.main import resolve_root
+    from overlay.provenance import read_from_installed, read_from_wheel, summary_lines, verify_against_root
 
     target = Path(args.target)
     if args.target.endswith(".whl") or target.is_file():
         prov = read_from_wheel(target)
     else:
         prov = read_from_installed(args.target, path=args.path)
+    if args.verify:
+        prov = verify_against_root(prov, resolve_root(args))
     if args.json:
         emit_json(prov.data)
     else:

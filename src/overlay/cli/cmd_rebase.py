@@ -9,7 +9,8 @@ from typing import Any
 from overlay.cli.main import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
-HELP = "move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict)"
+HELP = ("move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict "
+        "or for review before publishing)")
 EXAMPLE = "overlay rebase mlx-lm --to 0.32.1"
 
 
@@ -24,6 +25,10 @@ def configure_parser(sub: Any) -> None:
     action.add_argument("--skip", action="store_true", help="drop the stopped patch (recorded in DROPPED) and go on")
     action.add_argument("--abort", action="store_true",
                         help="give up: remove the rebase state; patches/, overlays/ and worktrees stay as they were")
+    action.add_argument("--publish", action="store_true",
+                        help="publish a rebase stopped for review (a merged patch, a warning, or a target older than the pin)")
+    action.add_argument("--undo", action="store_true",
+                        help="put the manifest, series and patches back as they were before the last publish, byte for byte")
     p.add_argument("--url", help="with --to: a direct location (file:// or https://) of the new release's wheel "
                                  "instead of the package index")
     p.add_argument("--commit", help="with --to: the new release's 40-hex git commit, recorded in the manifest and series")
@@ -31,6 +36,8 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="with --to: rebase even when build/worktrees/ENGINE holds work refresh has not written back")
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(execute=execute)
 
@@ -42,17 +49,30 @@ def execute(args: argparse.Namespace) -> int:
     root = resolve_root(args)
     rep = reporter_for(args)
     if args.abort:
-        res = rb.abort(root=root, engine=args.engine, reporter=rep)
+        res = rb.abort(root=root, engine=args.engine, wait=args.wait, reporter=rep)
         if args.json:
             emit_json({"version": 1, "engine": res.engine, "aborted": True, "restored": list(res.restored)})
         else:
-            print(f"rebase of {res.engine} aborted; nothing was published")
+            undone = f"; the interrupted publish was undone ({len(res.restored)} files put back)" if res.restored else ""
+            print(f"rebase of {res.engine} aborted; nothing was published{undone}")
         return 0
-    if args.cont or args.skip:
-        result = rb.resume(root=root, engine=args.engine, skip=args.skip, reporter=rep)
+    if args.undo:
+        undone = rb.undo(root=root, engine=args.engine, wait=args.wait, reporter=rep)
+        if args.json:
+            emit_json({"version": 1, "engine": undone.engine, "undone": True, "pin": undone.from_version,
+                       "restored": list(undone.restored)})
+        else:
+            print(f"rebase of {undone.engine} {undone.from_version} -> {undone.to_version} undone: pinned at "
+                  f"{undone.from_version} again ({len(undone.restored)} files put back)")
+        return 0
+    if args.publish:
+        result = rb.publish(root=root, engine=args.engine, wait=args.wait, reporter=rep)
+    elif args.cont or args.skip:
+        result = rb.resume(root=root, engine=args.engine, skip=args.skip, wait=args.wait, reporter=rep)
     elif args.to:
         result = rb.rebase(root=root, engine=args.engine, to=args.to, url=args.url, commit=args.commit,
-                           force=args.force, dry_run=args.dry_run, offline=args.offline, reporter=rep)
+                           force=args.force, dry_run=args.dry_run, offline=args.offline, wait=args.wait,
+                           reporter=rep)
     else:
         current = rb.status(root=root, engine=args.engine)
         if current is None:
@@ -62,6 +82,19 @@ def execute(args: argparse.Namespace) -> int:
         emit_json(rb.report_json(result))
     else:
         print_table(result)
+    if result.status == "review":
+        e, a, b = result.engine, result.from_version, result.to_version
+        for reason in result.review:
+            print(f"REVIEW {reason}")
+        print("next steps:")
+        print(f"  look:     overlay review {e} --from {a} --to {b} --html build/reports/{e}-review.html"
+              f"  (the rebased commits are in {result.repo})")
+        print(f"  publish:  overlay rebase {e} --publish, then `overlay lint {e}` and `overlay check {e}`")
+        print(f"  undo:     overlay rebase {e} --undo puts the old series back after a publish; --abort gives up now")
+        raise ConflictError(
+            f"rebase of {e} {a} -> {b} stopped for review before publishing: {'; '.join(result.review)}",
+            tip=f"review it, then `overlay rebase {e} --publish` (or --abort)",
+        )
     stopped = result.stopped
     if stopped is not None:
         what = "conflicts in " + ", ".join(stopped.conflicts) if stopped.conflicts else stopped.detail
@@ -94,3 +127,5 @@ def print_table(result: Any) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
     print(f"{len(result.outcomes)} of {len(result.outcomes) + len(result.pending)} patches: {counts or 'none'}"
           + (f"; report {result.report}" if result.report else ""))
+    for w in getattr(result, "warnings", ()):
+        print(f"WARNING {w}", file=sys.stderr)

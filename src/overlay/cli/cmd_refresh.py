@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="refresh even from a dirty worktree or one whose base is not the current pin")
     p.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
 
@@ -30,10 +33,10 @@ def execute(args: argparse.Namespace) -> int:
 
     root = resolve_root(args)
     r = refresh(root=root, engine=args.engine, worktree=args.worktree, force=args.force, dry_run=args.dry_run,
-                reporter=reporter_for(args))
+                wait=args.wait, reporter=reporter_for(args))
     if args.json:
         emit_json({"version": 1, "written": list(r.written), "kept": list(r.kept), "removed": list(r.removed),
-                   "series_changed": r.series_changed, "dry_run": args.dry_run})
+                   "series_changed": r.series_changed, "dry_run": args.dry_run, "warnings": list(r.warnings)})
     else:
         verb = "would write" if args.dry_run else "wrote"
         for n in r.written:
@@ -42,4 +45,6 @@ def execute(args: argparse.Namespace) -> int:
             print(f"{'would remove' if args.dry_run else 'removed'} {n}")
         if not r.written and not r.removed and not r.series_changed:
             print("nothing to do: the series matches the worktree")
+    for w in r.warnings:
+        print(f"WARNING {w}", file=sys.stderr)
     return 0

@@ -1,8 +1,14 @@
-"""`overlay` entry point: global options, one sub-command per module, errors caught once."""
+"""`overlay` entry point: global options, one sub-command per module, errors caught once.
+
+Besides the error classes' codes (overlay.errors), two exits come from the terminal: 130 when interrupted (Ctrl-C)
+and 141 (128 + SIGPIPE, what git and coreutils give) when the reader of stdout went away (`overlay list | head -1`);
+the latter is quiet, like pip, with no traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -10,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from overlay import __version__
-from overlay.errors import OverlayError
+from overlay.errors import OverlayError, UsageError
 from overlay.manifest import find_root
 
 
@@ -50,24 +56,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE
+
+
+def current_dir(*, needed_for: str = "finding the overlay repository") -> Path:
+    """``Path.cwd()``, or a UsageError when the working directory was deleted (or moved away) under us."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        raise UsageError(
+            f"the current directory no longer exists (deleted or moved away); it is needed for {needed_for}",
+            tip="cd into the overlay repository again, or pass --root DIR as an absolute path",
+        ) from None
+
+
 def resolve_root(args: argparse.Namespace) -> Path:
     root: Path | None = args.root
     if root is not None:
+        if not root.is_absolute():
+            root = current_dir(needed_for=f"the relative --root {root}") / root
         root = root.resolve()
         if not (root / "overlays").is_dir():
-            from overlay.errors import UsageError
-
             raise UsageError(f"--root {root} has no overlays/ folder")
         return root
-    return find_root(Path.cwd())
+    return find_root(current_dir())
+
+
+def _stdout_closed(*, debug: bool) -> int:
+    """The reader of stdout went away (`| head`): like pip, stop quietly; later writes and the exit flush go nowhere."""
+    if debug:
+        traceback.print_exc()
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout has no file descriptor (captured): nothing will flush it at exit
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    try:
+        sys.stdout.flush()  # here, not at interpreter exit, so a closed pipe is seen and handled
+    except BrokenPipeError:
+        return _stdout_closed(debug=False)
+    return code
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
+    except BrokenPipeError:  # `overlay --help | head -1`
+        return _stdout_closed(debug=False)
     try:
         result: int = args.execute(args)
         return result
@@ -76,8 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return print_error(exc, debug=args.debug)
     except KeyboardInterrupt:
-        print("ERROR interrupted; nothing was published (scratch files are removed on the next run)", file=sys.stderr)
+        # publishing steps (refresh, rebase, checkout, apply) roll back what they had begun when interrupted
+        print("ERROR interrupted; every file is either as it was or fully updated (a publish under way is rolled "
+              "back; scratch files are removed on the next run)", file=sys.stderr)
+        print("TIP run the command again", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed(debug=args.debug)
     except Exception as exc:  # noqa: BLE001 - the one place unexpected errors are reported
         if args.debug:
             traceback.print_exc()
