@@ -388,3 +388,21 @@ def test_a_corrupt_release_record_is_only_a_hint(tmp_path: Path, cli: Callable[.
     missing = (tmp_path / "demo_engine-1.3.0-py3-none-any.whl").as_uri()
     r = cli("--root", str(world.root), "rebase", "demo", "--to", "1.3.0", "--url", missing)
     assert_explained(r, 2, "--url", "No such file")
+
+
+# ---------------------------------------------------------------- found while reviewing the hardening
+
+
+def test_a_file_where_the_build_folder_belongs(world: World, cli: Callable[..., object]) -> None:
+    build = world.root / "build"
+    shutil.rmtree(build, ignore_errors=True)
+    build.write_text("not a folder\n")
+    for argv in (["apply", "demo"], ["fetch", "demo"], ["checkout", "demo"]):
+        assert_explained(cli("--root", str(world.root), *argv), 2, str(build))
+    assert build.read_text() == "not a folder\n"
+
+
+def test_a_folder_named_like_a_manifest_is_no_engine(world: World, cli: Callable[..., object]) -> None:
+    (world.root / "overlays" / "x.toml").mkdir()
+    r = cli("--root", str(world.root), "list")
+    assert r.code == 0 and "x " not in r.out.replace("\n", " ").split("demo", 1)[0], r.out  # type: ignore[attr-defined]

@@ -259,7 +259,13 @@ def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratc
     if not added:
         raise ExternalCommandError(f"the prebuilt step of {manifest.name} wrote nothing into {{out}}")
     retag(contents, manifest.prebuilt.tag.format(py=pyver))
-    details = json.loads(info.read_text()) if info.is_file() else {}
+    details: Any = {}
+    if info.is_file():
+        try:
+            details = json.loads(info.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ExternalCommandError(f"the prebuilt step of {manifest.name} wrote an unreadable {info.name}: {exc}",
+                                       tip="fix the [prebuilt] command so that it writes JSON (or nothing)") from None
     reporter.step("build", f"prebuilt: added {', '.join(str(a['path']) for a in added)}; tag {contents.name.tags}")
     return {"tag": contents.name.tags, "files": added, "details": details}
 

@@ -35,6 +35,18 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def ensure_dir(path: Path) -> Path:
+    """``mkdir -p path``; a file where the folder or one above it should be is a ConfigError naming that file (a
+    ``build`` file in the repository, a ``--out`` below a file) instead of an unexpected NotADirectoryError."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise ConfigError(f"cannot create the folder {path}: {blocker} is not a folder ({exc.strerror})",
+                          tip=f"move {blocker} away, or point the tool elsewhere (--out, --root)") from None
+    return path
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where the platform allows.
 
@@ -74,7 +86,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
 
     The file gets ``mode`` when given, else the mode of the file it replaces, else 0o666 less the umask.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     final_mode = new_file_mode(path) if mode is None else mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -97,7 +109,7 @@ def publish_file(src: Path, dest: Path) -> None:
     on a tmpfs, ``/dev/shm``), it is first copied to a temp name in ``dest``'s folder, then renamed: a reader of
     ``dest`` never sees half a file, and a failure leaves no temp file behind.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest.parent)
     mode = new_file_mode(dest) if dest.is_file() else stat.S_IMODE(src.stat().st_mode)
     os.chmod(src, mode)
     try:
@@ -123,7 +135,7 @@ def publish_file(src: Path, dest: Path) -> None:
 def publish_dir(src: Path, dest: Path) -> None:
     """Move the finished folder ``src`` to ``dest`` (which must not exist), copying through a temp sibling of ``dest``
     when the two are on different devices."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(dest.parent)
     try:
         os.replace(src, dest)
         return
@@ -187,8 +199,10 @@ _SCRATCH_NAME = re.compile(r"-(\d+)-[A-Za-z0-9_]+$")
 
 
 def make_scratch(parent: Path, prefix: str) -> Path:
-    """``mkdtemp`` under ``parent`` with our pid in the name (``PREFIX-PID-XXXX``)."""
-    parent.mkdir(parents=True, exist_ok=True)
+    """``mkdtemp`` under ``parent`` with our pid in the name (``PREFIX-PID-XXXX``).
+
+    A file where ``parent`` or one of its folders should be is a ConfigError naming it (:func:`ensure_dir`)."""
+    ensure_dir(parent)
     return Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=parent))
 
 
@@ -239,7 +253,7 @@ def file_lock(path: Path) -> Iterator[None]:
     cached thing (a venv, a model) wait for each other instead of racing."""
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -281,7 +295,7 @@ def exclusive_lock(path: Path, *, command: str, wait: float = 0.0, on_wait: Call
     """
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         deadline = time.monotonic() + max(wait, 0.0)

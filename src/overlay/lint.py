@@ -55,8 +55,10 @@ def check_target_exists(root: Path, check: str) -> str | None:
     if not target.is_file():
         return f"Overlay-Check names {path_part!r}, which does not exist in the repository"
     if node:
+        from overlay.inputs import read_inside
+
         name = node.split("::")[-1].split("[")[0]
-        text = target.read_text(encoding="utf-8", errors="replace")
+        text = read_inside(root, target, what="Overlay-Check target").decode("utf-8", "replace")
         if f"def {name}(" not in text and f"class {name}" not in text:
             return f"Overlay-Check names {check!r}, but {path_part} defines no {name!r}"
     return None

@@ -366,7 +366,7 @@ def find_root(start: Path) -> Path:
 
 
 def engine_names(root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / "overlays").glob("*.toml"))
+    return sorted(p.stem for p in (root / "overlays").glob("*.toml") if not p.is_dir())
 
 
 def check_engine_name(name: str) -> str:

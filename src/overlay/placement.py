@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from overlay.archive_policy import MemberPolicy
 from overlay.astmap import check_hunk_locations
 from overlay.errors import PatchError
 from overlay.lint import Problem
@@ -28,8 +29,9 @@ def location_problems(
     pin = resolve_release(root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter)
     other = resolve_release(root, manifest, version, primary_only=True, offline=offline, reporter=reporter)
     reporter.step("lint", f"{manifest.name}: hunk locations at {other.version} vs the pin {pin.version}")
-    base = read_wheel(pin.primary_path).tree.files
-    target = read_wheel(other.primary_path).tree.files
+    policy = MemberPolicy.of(manifest.upstream.allow_members)
+    base = read_wheel(pin.primary_path, policy=policy).tree.files
+    target = read_wheel(other.primary_path, policy=policy).tree.files
     tip = f"see what a rebase would do: `overlay rebase {manifest.name} --to {other.version} --dry-run`"
     try:
         moves = check_hunk_locations(base, target, series.patches, package_root=manifest.upstream.package_root)

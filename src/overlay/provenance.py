@@ -116,7 +116,7 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
     HASH8 the head of series.sha256."""
     try:
         v = Version(version)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         raise IntegrityError(f"{where}: version {version!r} is not a PEP 440 version", tip=_FORGED_TIP) from None
     m = _LOCAL.match(v.local or "")
     if m is None:
@@ -127,7 +127,7 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
     upstream = data["upstream"]["version"]
     try:
         same_upstream = Version(upstream) == Version(v.public)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError, TypeError):
         same_upstream = False
     if not same_upstream:
         raise IntegrityError(f"{where}: version {version} is built on {v.public}, overlay.json says upstream {upstream}",

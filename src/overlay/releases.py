@@ -238,8 +238,11 @@ def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
         )
 
 
-def wheel_tree(path: Path, package_root: str) -> dict[str, bytes]:
-    """A wheel's files (dist-info and .data excluded) at git-repository-root paths, as ``checkout`` lays them out."""
+def wheel_tree(path: Path, package_root: str, *, allow_members: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """A wheel's files (dist-info and .data excluded) at git-repository-root paths, as ``checkout`` lays them out.
+
+    ``allow_members``: the manifest's ``upstream.allow-members`` (overlay.archive_policy)."""
+    from overlay.archive_policy import MemberPolicy
     from overlay.wheels import read_wheel, repo_layout_files
 
-    return repo_layout_files(read_wheel(path), package_root)
+    return repo_layout_files(read_wheel(path, policy=MemberPolicy.of(allow_members)), package_root)

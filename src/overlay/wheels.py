@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from overlay.archive_policy import (
     SIGNATURES,
@@ -258,8 +258,12 @@ def _rewrite_version(metadata: bytes, old: str, new: str) -> bytes:
         if line == b"":
             break  # end of headers; the description follows
         if line.lower().startswith(b"version:"):
-            value = line.split(b":", 1)[1].strip().decode()
-            if Version(value) != Version(old):
+            value = line.split(b":", 1)[1].strip().decode("utf-8", "replace")
+            try:
+                same = Version(value) == Version(old)
+            except (InvalidVersion, ValueError):
+                same = False
+            if not same:
                 raise IntegrityError(f"METADATA says Version: {value}, but the wheel file name says {old}")
             lines[i] = b"Version: " + new.encode()
             return b"\n".join(lines)
