@@ -42,6 +42,9 @@ def test_rebase_classifies_and_publishes(rworld: World, cli) -> None:
     util_bytes = (rworld.series_dir / names[0]).read_bytes()
     release = make_release(rworld)
     r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
+    assert r.code == 3, r.err  # a merged patch: stopped for review before publishing
+    assert "stopped for review" in r.err and "overlay rebase demo --publish" in r.out
+    r = cli("--root", str(rworld.root), "rebase", "demo", "--publish")
     assert r.code == 0, r.err
     assert "published" in r.out
     report = rworld.root / "build" / "reports" / "demo-rebase.json"

@@ -62,6 +62,10 @@ def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli) -> None:
     assert n == 1
     target.write_text(text)
     r = cli(*root, "rebase", "mlx-lm", "--continue")
+    assert r.code == 3 and "stopped for review" in r.err, r.err  # 0004 was merged: looked at before publishing
+    assert "REVIEW 1 patch resolved by a 3-way merge, not applied as written: 0004-" in r.out
+    assert load_engine(old_root, "mlx-lm").upstream.version == "0.31.2"
+    r = cli(*root, "rebase", "mlx-lm", "--publish")
     assert r.code == 0, r.err
     # published: the pin is the real 0.32.2 wheel (the same file the repository pins), the series moved
     pinned = load_engine(REPO, "mlx-lm").upstream.primary
@@ -100,3 +104,29 @@ def test_real_review_names_the_changed_symbols(old_root: Path, cli) -> None:
         ("0004", "context-only", "0003"), ("0005", "context-only", "0004")]
     page = html.read_text()
     assert "apply_top_p" in page and "0005-sample_utils-apply_top_p-returns-at-once-when-top_p-.patch" in page
+
+
+@pytest.mark.slow
+def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, cli) -> None:
+    """sglang's series at 0.5.23 dry-run onto 0.5.22: most conflicts are in srt/environ.py, where every patch adds its
+    flag next to the previous one; they are inherited, and lint names that spot as a merge hotspot."""
+    root = tmp_path / "repo"
+    (root / "build").mkdir(parents=True)
+    shutil.copytree(REPO / "overlays", root / "overlays")
+    shutil.copytree(REPO / "patches", root / "patches")
+    shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "tinymodels"))
+    (root / "build" / "cache").symlink_to(REPO / "build" / "cache")
+    if load_engine(root, "sglang").upstream.version != "0.5.23":
+        pytest.skip("sglang is no longer pinned at 0.5.23")
+    r = cli("--root", str(root), "rebase", "sglang", "--to", "0.5.22", "--dry-run", "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    conflicts = [p for p in data["patches"] if p["class"] == "conflict"]
+    own = [p for p in conflicts if p["conflict_kind"] == "own"]
+    inherited = [p for p in conflicts if p["conflict_kind"] == "inherited"]
+    assert len(own) + len(inherited) == len(conflicts) and inherited and len(own) < len(conflicts) / 2
+    assert data["conflicts"] == {"own": len(own), "inherited": len(inherited)}
+    assert all(p["inherited_from"] for p in inherited)
+    r = cli("--root", str(root), "lint", "sglang")
+    assert r.code == 0, r.err
+    assert "WARNING sglang: merge hotspot:" in r.err and "python/sglang/srt/environ.py" in r.err

@@ -132,14 +132,17 @@ def test_review_without_the_older_series_says_so(tmp_path: Path, cli) -> None:
     add_patches(world, ["util", "run"])
     release = make_release(world)
     root = ["--root", str(world.root)]
-    assert cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri()).code == 0
+    assert cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri()).code == 3  # for review
+    assert cli(*root, "-q", "rebase", "demo", "--publish").code == 0
     shutil.rmtree(world.root / "build" / "rebase-history")
     r = cli(*root, "review", "demo", "--from", "1.2.0", "--to", "1.3.0", "--json")
     assert r.code == 0, r.err
     data = json.loads(r.out)
     assert data["anchor"] == "new" and data["range_diff"] is None and "no copy of the series at 1.2.0" in data["notes"][0]
-    # located in the series at 1.3.0, Scheduler.execute is what the patch touches; it did not exist at 1.2.0
-    assert any(s["symbol"] == "Scheduler.execute" for s in data["symbols"])
+    # located in the series at 1.3.0 (Scheduler.execute), reported the way upstream went: 1.2.0's run renamed
+    run = next(s for s in data["symbols"] if s["new_symbol"] == "Scheduler.execute")
+    assert (run["symbol"], run["status"], run["flagged"]) == ("Scheduler.run", "renamed", True)
+    assert "run: renamed upstream to " in run["summary"]
     r = cli(*root, "review", "demo", "--from", "1.1.0", "--to", "1.2.0")
     assert r.code == 2 and "neither --from 1.1.0 nor --to 1.2.0" in r.err
 

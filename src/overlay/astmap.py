@@ -17,15 +17,16 @@ from __future__ import annotations
 import ast
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from overlay.series import Hunk, Patch
+from overlay.series import FileDiff, Hunk, Patch
 
 MODULE = "<module>"
 SymbolKind = Literal["function", "class"]
 SymbolStatus = Literal[
-    "unchanged", "changed", "rewritten", "moved", "renamed", "deleted", "added-by-series", "not-python"
+    "unchanged", "changed", "rewritten", "moved", "renamed", "deleted", "added-upstream", "added-by-series",
+    "not-python"
 ]
 REWRITE_BELOW = 0.5  # similarity under which a changed symbol counts as rewritten
 RENAME_AT_LEAST = 0.6  # body similarity for a differently named symbol to count as the same one renamed
@@ -161,7 +162,17 @@ def hunk_locations(patch: Patch, preimage: Callable[[str], bytes | None]) -> lis
     out: list[HunkLocation] = []
     for fd in patch.files:
         path = fd.old_path or fd.new_path or ""
-        data = preimage(fd.old_path) if fd.old_path else b""
+        if fd.old_path is None:  # a file the patch adds: its symbols are those of the added text
+            added = added_source(fd)
+            syms = symbols(added) if path.endswith(".py") else None
+            for index, hunk in enumerate(fd.hunks, start=1):
+                changed = tuple(line.op.encode() + line.text for line in hunk.lines if line.op != " ")
+                names: tuple[str, ...] = ()
+                if syms is not None:
+                    names = tuple(s.qualname for s in syms if "." not in s.qualname) or (MODULE,)
+                out.append(HunkLocation(path=path, index=index, line=0, symbols=names, changed=changed))
+            continue
+        data = preimage(fd.old_path)
         syms = symbols(data) if data is not None and path.endswith(".py") else None
         for index, hunk in enumerate(fd.hunks, start=1):
             changed = tuple(line.op.encode() + line.text for line in hunk.lines if line.op != " ")
@@ -171,6 +182,11 @@ def hunk_locations(patch: Patch, preimage: Callable[[str], bytes | None]) -> lis
             names, first = hunk_symbols(syms, hunk)
             out.append(HunkLocation(path=path, index=index, line=first, symbols=names, changed=changed))
     return out
+
+
+def added_source(fd: FileDiff) -> bytes:
+    """The text of a file a patch adds (its '+' lines)."""
+    return b"".join(line.text for h in fd.hunks for line in h.lines if line.op == "+")
 
 
 @dataclass(frozen=True)
@@ -197,27 +213,66 @@ def hunk_moves(
 ) -> list[HunkMove]:
     """Hunks of ``new_patch`` whose enclosing symbols differ from those of the matching hunk of ``old_patch``.
 
-    Hunks are paired per file (following ``renames`` old -> new path) by the similarity of their changed lines, so a
-    patch that gained or lost a hunk in a 3-way merge is still compared hunk by hunk.
+    Hunks are paired per file (following ``renames`` old -> new path) by position, never by content: each old hunk's
+    first changed line is mapped through the line diff between the two pre-images (:class:`LineMap`), and each new
+    hunk is paired with the old hunk that lands nearest to it. A patch that adds the same line to several functions
+    is therefore compared function by function, and a patch that gained or lost a hunk in a 3-way merge still is.
     """
     renames = renames or {}
     old_locs = hunk_locations(old_patch, old_preimage)
     new_locs = hunk_locations(new_patch, new_preimage)
     by_path: dict[str, list[HunkLocation]] = {}
+    old_path_of: dict[str, str] = {}
     for loc in old_locs:
-        by_path.setdefault(renames.get(loc.path, loc.path), []).append(loc)
+        target = renames.get(loc.path, loc.path)
+        by_path.setdefault(target, []).append(loc)
+        old_path_of[target] = loc.path
+    maps: dict[str, LineMap] = {}
     moves: list[HunkMove] = []
     for loc in new_locs:
         candidates = by_path.get(loc.path, [])
         if not candidates or not loc.symbols:
             continue
-        best = max(
-            candidates,
-            key=lambda c: difflib.SequenceMatcher(None, c.changed, loc.changed, autojunk=False).ratio(),
-        )
+        if loc.path not in maps:
+            maps[loc.path] = LineMap(old_preimage(old_path_of[loc.path]), new_preimage(loc.path))
+        line_map = maps[loc.path]
+        new_rank = [c.index for c in new_locs if c.path == loc.path].index(loc.index)
+        best = min(
+            enumerate(candidates),
+            key=lambda ic: (abs(line_map(ic[1].line) - loc.line), abs(ic[0] - new_rank)),
+        )[1]
         if best.symbols and _names(best.symbols) != _names(loc.symbols):
             moves.append(HunkMove(path=loc.path, index=loc.index, before=best.symbols, after=loc.symbols))
     return moves
+
+
+class LineMap:
+    """Where a line of one version of a file is in another version (1-based), from the line diff between them.
+
+    A line inside an unchanged run maps exactly; a line upstream changed or removed maps to where its run of changes
+    starts in the other version. Byte-identical files map every line to itself without diffing.
+    """
+
+    def __init__(self, old: bytes | None, new: bytes | None) -> None:
+        self.identical = old == new
+        self.blocks: list[tuple[int, int, int]] = []
+        if not self.identical:
+            a, b = (old or b"").splitlines(), (new or b"").splitlines()
+            sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+            self.blocks = [(m.a, m.b, m.size) for m in sm.get_matching_blocks()]
+
+    def __call__(self, line: int) -> int:
+        if self.identical:
+            return line
+        i = line - 1
+        prev_end_b = 0
+        for a, b, n in self.blocks:
+            if a <= i < a + n:
+                return b + (i - a) + 1
+            if a > i:
+                return prev_end_b + 1
+            prev_end_b = b + n
+        return prev_end_b + 1
 
 
 def _names(symbols: tuple[str, ...]) -> tuple[str, ...]:
@@ -262,6 +317,8 @@ class SymbolChange:
             return f"{where}: {self.status} upstream to {self.new_path}::{self.new_qualname} (similarity {self.similarity:.2f})"
         if self.status == "deleted":
             return f"{where}: deleted upstream{(' (' + self.note + ')') if self.note else ''}"
+        if self.status == "added-upstream":
+            return f"{where}: added upstream{(' (' + self.note + ')') if self.note else ''}"
         if self.status == "added-by-series":
             return f"{where}: added by the series{(' (' + self.note + ')') if self.note else ''}"
         return f"{where}: {self.status}"
@@ -424,6 +481,44 @@ def compare_symbol(
     return SymbolChange(**base, status="deleted", note=note)
 
 
+def compare_symbol_back(
+    path: str, qualname: str, old: SymbolIndex, new: SymbolIndex, *, old_path: str | None = None
+) -> SymbolChange:
+    """What upstream did, from the ``old`` tree to the ``new`` one, to a symbol named as it is in the **new** tree
+    (``path::qualname``; ``old_path`` is the file's path in the old tree when git detected a rename).
+
+    The change always reads old -> new: a symbol only the new tree has is ``added-upstream``, lines added are those
+    the new tree has more, the old source is the old tree's. The result is named as in the old tree (``path``,
+    ``qualname``) with ``new_path``/``new_qualname`` the new tree's names, like :func:`compare_symbol`'s.
+    """
+    back = compare_symbol(path, qualname, new, old, new_path=old_path)
+    return reverse_change(back)
+
+
+def reverse_change(ch: SymbolChange) -> SymbolChange:
+    """A :class:`SymbolChange` computed from the new tree back to the old one, turned to read old -> new."""
+    if ch.status in ("not-python", "added-by-series"):
+        return replace(ch, note=ch.note.replace("upstream now has", "the older release has"))
+    if ch.status == "deleted":  # in the new tree, not in the old: upstream added it
+        return replace(ch, status="added-upstream", new_path=ch.path, new_qualname=ch.qualname, old_source="",
+                       new_source=ch.old_source, new_line=ch.old_line, old_line=1, added=ch.removed, removed=ch.added,
+                       note=ch.note.replace("is gone", "is new"))
+    return replace(
+        ch,
+        path=ch.new_path or ch.path,
+        qualname=ch.new_qualname or ch.qualname,
+        new_path=ch.path,
+        new_qualname=ch.qualname,
+        old_source=ch.new_source,
+        new_source=ch.old_source,
+        old_line=ch.new_line,
+        new_line=ch.old_line,
+        added=ch.removed,
+        removed=ch.added,
+        signature=(ch.signature[1], ch.signature[0]) if ch.signature else None,
+    )
+
+
 def _compare_module(path: str, old: SymbolIndex, new: SymbolIndex, target: str) -> SymbolChange:
     """Module-level code: the file with every function and class body left out."""
     old_mod, new_mod = old.module(path), new.module(target)
@@ -489,3 +584,41 @@ def check_hunk_locations(
         apply_patch(before, patch, package_root=package_root)
         apply_patch(after, moved, package_root=package_root)
     return out
+
+
+def file_changes(
+    path: str, new_path: str, old: SymbolIndex, new: SymbolIndex, *, skip: Sequence[str] = ()
+) -> list[SymbolChange]:
+    """Upstream's changes to one file outside the symbols in ``skip``: the innermost functions and classes whose source
+    differs between ``old``'s ``path`` and ``new``'s ``new_path`` (added and deleted ones too), and module-level code.
+    """
+    mod_a, mod_b = old.module(path), new.module(new_path)
+    if mod_a is None or mod_b is None:
+        return []
+    src_a = {s.qualname: source_of(mod_a[0], s) for s in mod_a[1]}
+    syms_b = {s.qualname: s for s in mod_b[1]}
+    src_b = {q: source_of(mod_b[0], s) for q, s in syms_b.items()}
+    names = list(dict.fromkeys([*src_a, *src_b]))
+    changed = [q for q in names if src_a.get(q) != src_b.get(q)]
+    out: list[SymbolChange] = []
+    skipped = set(skip)
+    for q in changed:
+        if q in skipped or any(o.startswith(q + ".") for o in changed):
+            continue
+        if q in src_a:
+            out.append(compare_symbol(path, q, old, new, new_path=new_path))
+        else:
+            s = syms_b[q]
+            out.append(SymbolChange(path=path, qualname=q, kind=s.kind, status="added-upstream", new_path=new_path,
+                                    new_qualname=q, new_source=src_b[q], new_line=s.start,
+                                    added=len(src_b[q].splitlines())))
+    if MODULE not in skipped and _outside_symbols(*mod_a) != _outside_symbols(*mod_b):
+        out.append(_compare_module(path, old, new, new_path))
+    return out
+
+
+def _outside_symbols(text: str, syms: list[Symbol]) -> list[str]:
+    """The module's lines outside every top-level function and class (decorators and def lines included)."""
+    lines = text.splitlines()
+    inside = {i for s in syms if "." not in s.qualname for i in range(s.start - 1, s.end)}
+    return [line for i, line in enumerate(lines) if i not in inside and line.strip()]

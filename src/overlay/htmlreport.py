@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from overlay import __version__
 
 if TYPE_CHECKING:
+    from overlay.astmap import SymbolChange
     from overlay.review import RangeDiffEntry, ReviewResult, TouchedSymbol
 
 CSS = """
@@ -33,7 +34,7 @@ code, .code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, mono
 .s-unchanged, .c-clean, .k-identical { background: #dafbe1; border-color: #4ac26b; }
 .s-changed, .c-offset, .c-merged, .k-context-only { background: #fff8c5; border-color: #d4a72c; }
 .s-rewritten, .s-moved, .s-renamed, .s-deleted, .c-conflict, .c-obsolete, .k-changed { background: #ffebe9; border-color: #ff8182; }
-.c-upstreamed, .k-dropped, .s-added-by-series, .k-added { background: #ddf4ff; border-color: #54aeff; }
+.c-upstreamed, .k-dropped, .s-added-by-series, .s-added-upstream, .k-added { background: #ddf4ff; border-color: #54aeff; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 12px 0; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 120px; }
 .card b { display: block; font-size: 22px; }
@@ -93,11 +94,24 @@ def _badge(text: str, cls: str) -> str:
     return f'<span class="badge {cls}">{esc(text)}</span>'
 
 
+def _symbol_badge(key: str, status: str) -> str:
+    """``file.py::Symbol (status)``: the file's base name on the badge, its whole path in the tooltip."""
+    path, _, qual = key.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    return (f'<span class="badge s-{esc(status)}" title="{esc(path)}">{esc(name)}::{esc(qual)} '
+            f"({esc(status or '?')})</span>")
+
+
 def _symbol_block(s: TouchedSymbol, a: str, b: str) -> str:
-    ch = s.change
-    is_open = " open" if ch.flagged or ch.status == "changed" else ""
+    return _change_block(s.change, a, b, patches=s.patches)
+
+
+def _change_block(ch: SymbolChange, a: str, b: str, *, patches: tuple[str, ...] = (), fold: bool = False) -> str:
+    is_open = " open" if not fold and (ch.flagged or ch.status == "changed") else ""
     target = f"{ch.new_path}::{ch.new_qualname}" if ch.new_qualname else f"{ch.path}::{ch.qualname}"
-    desc = [esc(ch.describe()), "patched by " + ", ".join(f"<code>{esc(p)}</code>" for p in s.patches)]
+    desc = [esc(ch.describe())]
+    if patches:
+        desc.append("patched by " + ", ".join(f"<code>{esc(p)}</code>" for p in patches))
     if ch.signature:
         desc.append(f"signature: <code>{esc(ch.signature[0])}</code> &rarr; <code>{esc(ch.signature[1])}</code>")
     body = side_by_side(ch.old_source, ch.new_source, left=f"{a}: {ch.path}::{ch.qualname}", right=f"{b}: {target}",
@@ -137,37 +151,42 @@ def render_review(r: ReviewResult) -> str:
     ]
     for note in r.notes:
         parts.append(f'<p class="note">{esc(note)}</p>')
-    changed = [s for s in r.symbols if s.change.status not in ("unchanged",)]
+    changed = [s for s in r.symbols if s.change.status not in ("unchanged", "added-by-series", "not-python")]
     parts.append('<div class="cards">')
     for label, value, alert in (
         ("patches", len(r.patches), False),
         ("files touched", len(r.files), False),
         ("symbols touched", len(r.symbols), False),
         ("changed upstream", len(changed), False),
-        ("flagged", len(flags), bool(flags)),
+        ("flagged", r.flagged_count, bool(r.flagged_count)),
+        ("unchanged", len(r.unchanged), False),
         ("possible duplicates", len(r.duplicates), bool(r.duplicates)),
     ):
         parts.append(f'<div class="card{" alert" if alert else ""}"><b>{value}</b>{esc(label)}</div>')
     parts.append("</div>")
 
-    parts.append('<h2 id="flags">Flagged: symbols we patch that upstream rewrote, moved, renamed or deleted</h2>')
-    if flags:
+    parts.append('<h2 id="flags">Flagged: symbols we patch that upstream rewrote, moved, renamed or deleted, and hunks '
+                 "that moved to another symbol</h2>")
+    if flags or r.moved_hunks:
         parts.append('<table class="list"><tr><th>symbol</th><th>upstream</th><th>patches</th></tr>')
         for s in flags:
             parts.append(f"<tr><td><code>{esc(s.key)}</code></td><td>{_badge(s.change.status, 's-' + s.change.status)} "
                          f"{esc(s.change.describe())}</td><td>{'<br>'.join(esc(p) for p in s.patches)}</td></tr>")
+        for name, m in r.moved_hunks:
+            parts.append(f"<tr><td><code>{esc(m.path)}</code> hunk #{m.index}</td><td>{_badge('hunk moved', 's-moved')} "
+                         f"{esc(m.describe())}</td><td>{esc(name)}</td></tr>")
         parts.append("</table>")
     else:
         parts.append('<p class="note">none</p>')
 
     parts.append('<h2 id="patches">Patches</h2><table class="list"><tr><th>patch</th><th>subject</th>'
                  "<th>rebase</th><th>symbols its hunks sit in</th></tr>")
-    status_of = {s.key: s.change.status for s in r.symbols}
+    status_of = {s.at or s.key: s.change.status for s in r.symbols}
     for p in r.patches:
         cls = _badge(p.rebase_class, "c-" + p.rebase_class) + f"<br><span class=\"note\">{esc(p.rebase_detail)}</span>" \
             if p.rebase_class else '<span class="note">-</span>'
-        syms = " ".join(_badge(k.split("::", 1)[1] + " (" + status_of.get(k, "?") + ")", "s-" + status_of.get(k, ""))
-                        for k in p.symbols) or '<span class="note">(not Python)</span>'
+        syms = " ".join(_symbol_badge(k, status_of.get(k, "")) for k in p.symbols) \
+            or '<span class="note">(not Python)</span>'
         parts.append(f"<tr><td><code>{esc(p.name)}</code></td><td>{esc(p.subject)}</td><td>{cls}</td><td>{syms}</td></tr>")
     parts.append("</table>")
 
@@ -181,8 +200,23 @@ def render_review(r: ReviewResult) -> str:
         parts.append('<p class="note">none</p>')
 
     parts.append(f'<h2 id="symbols">Upstream changes {esc(a)} &rarr; {esc(b)} in the symbols our hunks sit in</h2>')
-    for s in sorted(r.symbols, key=lambda s: (not s.change.flagged, s.change.status == "unchanged", s.key)):
-        parts.append(_symbol_block(s, a, b))
+    for s in sorted(r.symbols, key=lambda s: (not s.change.flagged, s.key)):
+        if s.change.status != "unchanged":
+            parts.append(_symbol_block(s, a, b))
+    if r.unchanged:
+        parts.append(f"<details><summary>{len(r.unchanged)} more symbols we patch are unchanged upstream</summary>"
+                     '<div class="desc">' + " ".join(_symbol_badge(s.key, "unchanged") for s in r.unchanged)
+                     + "</div></details>")
+
+    parts.append(f'<h2 id="elsewhere">Elsewhere in the files we touch: upstream changes {esc(a)} &rarr; {esc(b)} '
+                 "outside the symbols our hunks sit in</h2>")
+    if not r.elsewhere:
+        parts.append('<p class="note">none</p>')
+    for f, changes in r.elsewhere:
+        inner = "".join(_change_block(c, a, b, fold=True) for c in changes)
+        parts.append(f"<details><summary><code>{esc(f.path)}</code>: {len(changes)} other symbols changed upstream "
+                     f"({esc(', '.join(c.qualname for c in changes[:8]))}{' ...' if len(changes) > 8 else ''})</summary>"
+                     f'<div class="desc">{inner}</div></details>')
 
     parts.append('<h2 id="files">Files the series touches</h2><table class="list"><tr><th>file</th><th>upstream</th>'
                  "<th>lines +/-</th><th>patches</th></tr>")

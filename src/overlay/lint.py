@@ -22,7 +22,7 @@ from overlay.mechanism import (
 )
 from overlay.patching import apply_patch
 from overlay.progress import NullReporter, Reporter
-from overlay.series import Patch, Series, check_trailers
+from overlay.series import Hunk, Patch, Series, check_trailers
 
 Severity = Literal["error"]
 _PATCH_FILE = re.compile(r"^\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
@@ -42,6 +42,7 @@ class LintReport:
     engine: str
     patches: int
     problems: tuple[Problem, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()  # printed, never a failure (merge hotspots)
 
     @property
     def ok(self) -> bool:
@@ -175,7 +176,107 @@ def lint_engine(
             problems.append(Problem(engine, None, exc.message, "config", exc.tip))
     else:
         reporter.step("lint", f"{engine}: sdist pin; exact apply is checked by `overlay apply`")
-    return LintReport(engine=engine, patches=len(series.patches), problems=tuple(problems))
+    return LintReport(engine=engine, patches=len(series.patches), problems=tuple(problems),
+                      warnings=hotspot_warnings(series.patches, engine=engine))
+
+
+@dataclass(frozen=True)
+class Hotspot:
+    path: str
+    first: int  # upstream (pinned tree) line numbers of the region, context included
+    last: int
+    patches: tuple[str, ...]
+
+
+HOTSPOT_SHARE = 1 / 3  # a region touched by more than this share of the series' patches is a hotspot
+HOTSPOT_MIN = 3  # and by at least this many patches
+
+
+def merge_hotspots(patches: Sequence[Patch]) -> list[Hotspot]:
+    """Regions of upstream files that more than a third of the series' patches change, at least three of them: one
+    upstream change there conflicts every one of those patches in the next rebase.
+
+    Each hunk's changed lines (not its context) are mapped back to the pinned tree's line numbers through the patches
+    before it, and widened by one line each side (git's merge conflicts on adjacent changes too); a hotspot is a run
+    of lines that many patches' changes cover at once."""
+    applied: dict[str, list[list[tuple[int, int, int]]]] = {}  # path -> per earlier patch: (new_start, new_len, old_len)
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    for patch in patches:
+        mine: dict[str, list[tuple[int, int, int]]] = {}
+        for fd in patch.files:
+            if fd.kind == "add" or not fd.old_path:
+                continue
+            path = fd.old_path
+            for h in fd.hunks:
+                lo, hi = _changed_range(h)
+                first = _to_upstream(applied.get(path, []), lo)
+                last = _to_upstream(applied.get(path, []), hi)
+                spans.setdefault(path, []).append((first - 1, max(first, last) + 1, patch.name))
+                mine.setdefault(fd.new_path or path, []).append((h.new_start, h.new_len, h.old_len))
+        for path, hunks in mine.items():
+            applied.setdefault(path, []).append(hunks)
+    limit = max(HOTSPOT_MIN, int(len(patches) * HOTSPOT_SHARE) + 1)
+    out: list[Hotspot] = []
+    for path, items in spans.items():
+        current: tuple[int, int, list[str]] | None = None
+        for x in sorted({a for a, _b, _n in items}):
+            names = list(dict.fromkeys(n for a, b, n in items if a <= x <= b))
+            if len(names) < limit:
+                continue
+            covering = [(a, b) for a, b, n in items if a <= x <= b]
+            lo, hi = min(a for a, _b in covering), max(b for _a, b in covering)
+            if current is not None and lo <= current[1]:
+                current = (current[0], max(current[1], hi), list(dict.fromkeys(current[2] + names)))
+            else:
+                if current is not None:
+                    out.append(Hotspot(path, max(current[0], 1), current[1], tuple(current[2])))
+                current = (lo, hi, names)
+        if current is not None:
+            out.append(Hotspot(path, max(current[0], 1), current[1], tuple(current[2])))
+    return out
+
+
+def _changed_range(h: Hunk) -> tuple[int, int]:
+    """The pre-image lines a hunk's changes sit on (an insertion: the lines either side of it)."""
+    pos = h.old_start if h.old_len else h.old_start + 1
+    lo: int | None = None
+    hi = pos
+    for line in h.lines:
+        if line.op == "-":
+            lo = pos if lo is None else lo
+            hi = pos
+        elif line.op == "+":
+            lo = pos - 1 if lo is None else lo
+            hi = max(hi, pos - 1)
+        if line.op != "+":
+            pos += 1
+    return (lo if lo is not None else h.old_start), hi
+
+
+def _to_upstream(earlier: list[list[tuple[int, int, int]]], line: int) -> int:
+    """A line of the tree with ``earlier`` patches applied, mapped back to the pinned tree (a line an earlier patch
+    added maps to where that hunk starts)."""
+    for hunks in reversed(earlier):
+        shift = 0
+        mapped: int | None = None
+        for new_start, new_len, old_len in hunks:
+            if line >= new_start + new_len:
+                shift += new_len - old_len
+                continue
+            if line >= new_start:
+                mapped = new_start - shift + min(line - new_start, max(old_len - 1, 0))
+            break
+        line = mapped if mapped is not None else line - shift
+    return line
+
+
+def hotspot_warnings(patches: Sequence[Patch], *, engine: str) -> tuple[str, ...]:
+    return tuple(
+        f"merge hotspot: {len(h.patches)} of the {len(patches)} patches touch {h.path} lines {h.first}-{h.last} "
+        f"({', '.join(n[:4] for n in h.patches)}); one upstream change there conflicts them all in a rebase: move "
+        "what they add there apart (one patch that declares it all, or each beside the code it gates)"
+        for h in merge_hotspots(patches)
+    )
 
 
 def static_problems(root: Path, manifest: Manifest, series: Series) -> list[Problem]:

@@ -58,7 +58,7 @@ from overlay.replay import (
     replay_all,
     resolve_stopped,
 )
-from overlay.series import Patch, parse_patch_bytes
+from overlay.series import Patch, parse_patch_bytes, render_series
 from overlay.stack import (
     base_message,
     default_worktree,
@@ -493,7 +493,7 @@ def _publish(
     new_artifacts = tuple(_artifact_from_json(a) for a in to["artifacts"])
     series_dir = manifest.series_dir(root)
     series_text = _series_text(read_inside(root, series_dir / "series", what="series file").decode("utf-8"), engine, version, to.get("commit"),
-                               [n for n, _d in new_files])
+                               [n for n, _d in new_files], previous={v: k for k, v in named.items()})
     dropped = [o for o in outcomes if o.dropped]
     ledger_path = series_dir / LEDGER
     ledger_text = _ledger_text(ledger_path.read_text(encoding="utf-8") if ledger_path.is_file() else "",
@@ -579,11 +579,11 @@ def edited_manifest(manifest: Manifest, version: str, artifacts: tuple[Artifact,
     return text
 
 
-def _series_text(old: str, engine: str, version: str, commit: str | None, names: list[str]) -> str:
-    lines = old.splitlines()
-    comments = [line for line in lines[1:] if line.strip().startswith("#")]
-    header = f"# base: {engine} {version} {commit or '-'}"
-    return "\n".join([header, *comments, *names]) + "\n"
+def _series_text(old: str, engine: str, version: str, commit: str | None, names: list[str],
+                 previous: dict[str, str] | None = None) -> str:
+    """The new ``series``: the new base line, the rebased names, the old file's comments and blank lines kept with
+    their entries (:func:`overlay.series.render_series`, the writer ``refresh`` uses too)."""
+    return render_series(old, header=f"# base: {engine} {version} {commit or '-'}", names=names, previous=previous)
 
 
 LEDGER_HEADER = """\
@@ -820,6 +820,8 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
             for o in result.outcomes
         ] + [{"name": n, "class": None, "resolution": "not reached"} for n in result.pending],
         "counts": result.counts(),
+        "conflicts": {"own": sum(1 for o in result.outcomes if o.conflict_kind == "own"),
+                      "inherited": sum(1 for o in result.outcomes if o.conflict_kind == "inherited")},
         "stopped": None if stopped is None else {
             "patch": stopped.name, "class": stopped.cls, "detail": stopped.detail,
             "paths": list(stopped.conflicts or stopped.gone or [r[0] for r in stopped.renames]),

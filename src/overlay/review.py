@@ -33,10 +33,14 @@ from overlay.astmap import (
     HunkMove,
     SymbolChange,
     SymbolIndex,
+    added_source,
     ast_equal,
     compare_symbol,
+    compare_symbol_back,
+    file_changes,
     hunk_locations,
     source_of,
+    symbols,
 )
 from overlay.build import build_dir
 from overlay.errors import ConfigError, PatchError, UsageError
@@ -65,8 +69,9 @@ RangeKind = Literal["identical", "context-only", "changed", "dropped", "added"]
 
 @dataclass(frozen=True)
 class TouchedSymbol:
-    change: SymbolChange
+    change: SymbolChange  # always reads --from -> --to, named as at --from (new_* at --to)
     patches: tuple[str, ...]
+    at: str = ""  # ``path::symbol`` as the hunks name it (in the series that located them)
 
     @property
     def key(self) -> str:
@@ -77,7 +82,7 @@ class TouchedSymbol:
 class TouchedFile:
     path: str
     new_path: str | None
-    status: Literal["unchanged", "changed", "renamed", "deleted", "added-by-series"]
+    status: Literal["unchanged", "changed", "renamed", "deleted", "added-upstream", "added-by-series"]
     added: int
     removed: int
     patches: tuple[str, ...]
@@ -132,6 +137,7 @@ class ReviewResult:
     range_diff: tuple[RangeDiffEntry, ...] | None
     notes: tuple[str, ...]
     seconds: float
+    elsewhere: tuple[tuple[TouchedFile, tuple[SymbolChange, ...]], ...] = ()  # upstream changes outside our symbols
     json_path: Path | None = None
     html_path: Path | None = None
 
@@ -142,6 +148,15 @@ class ReviewResult:
     @property
     def moved_hunks(self) -> tuple[tuple[str, HunkMove], ...]:
         return tuple((e.new or "", m) for e in self.range_diff or () for m in e.moved)
+
+    @property
+    def flagged_count(self) -> int:
+        """Flagged symbols plus hunk-location warnings: everything a person must look at."""
+        return len(self.flags) + len(self.moved_hunks)
+
+    @property
+    def unchanged(self) -> tuple[TouchedSymbol, ...]:
+        return tuple(s for s in self.symbols if s.change.status == "unchanged")
 
 
 def report_path(root: Path, engine: str) -> Path:
@@ -170,7 +185,7 @@ def review(
     a, b = check_version(from_version), check_version(to_version)
     if a == b:
         raise UsageError(f"--from and --to are both {a}; name two releases")
-    current = load_series(manifest.series_dir(root))
+    current = load_series(manifest.series_dir(root), root=root)
     if current.engine != engine:
         raise ConfigError(f"{manifest.series_dir(root)}/series is the series of {current.engine!r}, not {engine!r}")
     notes: list[str] = []
@@ -286,7 +301,7 @@ def find_old_series(root: Path, manifest: Manifest, a: str, b: str, dest: Path) 
         text = gitops.run(["show", f"{commit}:{path}/series"], cwd=top, check=False).stdout.decode("utf-8", "replace")
         fields = text.split("\n", 1)[0].removeprefix("# base:").split()
         if len(fields) == 3 and fields[1] == a:
-            names = gitops.out(["ls-tree", "--name-only", f"{commit}:{path}"], cwd=top).split("\n")
+            names = gitops.z_paths(["ls-tree", "--name-only", "-z", f"{commit}:{path}"], cwd=top)
             dest.mkdir(parents=True, exist_ok=True)
             for name in names:
                 if name == "series" or name.endswith(".patch"):
@@ -315,14 +330,15 @@ def _analyse(
     if old is not None:
         anchor: Literal["old", "new"] = "old"
         anchor_patches, anchor_commits = list(old.patches), list(ws.old_commits)
-        own, other, forward = index_a, index_b, renames
+        own, other = index_a, index_b
     else:
         anchor = "new"
         anchor_patches, anchor_commits = new_patches, new_commits
-        own, other, forward = index_b, index_a, {n: p for p, n in renames.items()}
+        own, other = index_b, index_a
     reviews: list[PatchReview] = []
     touched: dict[tuple[str, str], list[str]] = {}
     file_patches: dict[str, list[str]] = {}
+    added_files: dict[str, bytes] = {}  # anchor path -> the text the series adds
     for patch, commit in zip(anchor_patches, anchor_commits):
         paths = [fd.old_path for fd in patch.files if fd.old_path]
         locs = hunk_locations(patch, _reader(repo, f"{commit}^", paths))
@@ -331,19 +347,26 @@ def _analyse(
                                    rebase_class=o.cls if o else None, rebase_detail=o.detail if o else None))
         for fd in patch.files:
             file_patches.setdefault(fd.old_path or fd.new_path or "", []).append(patch.name)
+            if fd.kind == "add" and fd.new_path:
+                added_files[fd.new_path] = added_source(fd)
         for loc in locs:
             for sym in loc.symbols:
                 names = touched.setdefault((loc.path, sym), [])
                 if patch.name not in names:
                     names.append(patch.name)
-    symbols: list[TouchedSymbol] = []
+    symbols_: list[TouchedSymbol] = []
+    back = {n: p for p, n in renames.items()}
     for (path, qual), names in touched.items():
-        change = compare_symbol(path, qual, own, other, new_path=forward.get(path))
-        if anchor == "new":
-            change = dataclasses.replace(change, note=(change.note + "; " if change.note else "")
-                                         + f"compared from {b} back to {a}")
-        symbols.append(TouchedSymbol(change=change, patches=tuple(names)))
-    files = _touched_files(repo, ws, file_patches, files_a, files_b, renames, anchor)
+        if path in added_files:
+            change = _added_by_series(path, qual, added_files[path], own, other)
+        elif anchor == "old":
+            change = compare_symbol(path, qual, index_a, index_b, new_path=renames.get(path))
+        else:
+            change = compare_symbol_back(path, qual, index_a, index_b, old_path=back.get(path))
+        symbols_.append(TouchedSymbol(change=change, patches=tuple(names), at=f"{path}::{qual}"))
+    symbols = symbols_
+    files = _touched_files(repo, ws, file_patches, files_a, files_b, renames, anchor, set(added_files))
+    elsewhere = _elsewhere(files, symbols, index_a, index_b)
     duplicates = _duplicates(repo, ws, old, index_a, index_b, renames, symbols, outcomes, b) if old else []
     range_diff: tuple[RangeDiffEntry, ...] | None = None
     if old is not None:
@@ -355,23 +378,44 @@ def _analyse(
     return ReviewResult(
         engine=engine, from_version=a, to_version=b, anchor=anchor, old_source=old_source, new_source=new_source,
         patches=tuple(reviews), files=tuple(files), symbols=tuple(symbols), duplicates=tuple(duplicates),
-        range_diff=range_diff, notes=tuple(notes), seconds=0.0,
+        range_diff=range_diff, notes=tuple(notes), seconds=0.0, elsewhere=elsewhere,
     )
+
+
+def _added_by_series(path: str, qual: str, text: bytes, own: SymbolIndex, other: SymbolIndex) -> SymbolChange:
+    """A symbol in a file the series adds: its source from the added text, and whether upstream has that file too."""
+    syms = symbols(text) or []
+    sym = next((s for s in syms if s.qualname == qual), None)
+    upstream = [f for f in (own.files, other.files) if path in f]
+    note = "in a file the series adds" + (f"; upstream has a {path} too" if upstream else "")
+    if sym is None:
+        return SymbolChange(path=path, qualname=qual, kind=None, status="added-by-series", note=note)
+    return SymbolChange(path=path, qualname=qual, kind=sym.kind, status="added-by-series", note=note,
+                        new_path=path, new_qualname=qual, new_source=source_of(text.decode("utf-8", "replace"), sym),
+                        new_line=sym.start)
+
+
+def _elsewhere(
+    files: list[TouchedFile], symbols: list[TouchedSymbol], index_a: SymbolIndex, index_b: SymbolIndex
+) -> tuple[tuple[TouchedFile, tuple[SymbolChange, ...]], ...]:
+    """For each touched file upstream changed: its changes outside the symbols our hunks sit in."""
+    out = []
+    for f in files:
+        if f.status not in ("changed", "renamed") or f.new_path is None:
+            continue
+        ours = {s.change.qualname for s in symbols if s.change.path == f.path}
+        ours |= {s.change.new_qualname for s in symbols if s.change.new_path == f.new_path and s.change.new_qualname}
+        found = file_changes(f.path, f.new_path, index_a, index_b, skip=sorted(ours))
+        if found:
+            out.append((f, tuple(found)))
+    return tuple(out)
 
 
 def _touched_files(
     repo: Path, ws: Workspace, file_patches: dict[str, list[str]], files_a: dict[str, bytes], files_b: dict[str, bytes],
-    renames: dict[str, str], anchor: str,
+    renames: dict[str, str], anchor: str, added_by_series: set[str],
 ) -> list[TouchedFile]:
-    numstat = gitops.out(["diff", "--numstat", "-M", ws.old_base, ws.new_base], cwd=repo).split("\n")
-    counts: dict[str, tuple[int, int]] = {}
-    for line in numstat:
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0].isdigit():
-            path = parts[2]
-            if " => " in path:  # rename: "dir/{a => b}.py" or "a => b"
-                path = _numstat_old_path(path)
-            counts[path] = (int(parts[0]), int(parts[1]))
+    counts = {old: (added, deleted) for added, deleted, old, _new in gitops.diff_numstat(repo, ws.old_base, ws.new_base)}
     back = {n: p for p, n in renames.items()}
     out = []
     for path, names in file_patches.items():
@@ -379,8 +423,10 @@ def _touched_files(
         b_path = renames.get(a_path, a_path)
         in_a, in_b = a_path in files_a, b_path in files_b
         added, removed = counts.get(a_path, (0, 0))
-        if not in_a:
+        if path in added_by_series or (not in_a and not in_b):
             status: Any = "added-by-series"
+        elif not in_a:
+            status = "added-upstream"
         elif not in_b:
             status = "deleted"
         elif a_path != b_path:
@@ -392,15 +438,6 @@ def _touched_files(
         out.append(TouchedFile(path=a_path, new_path=b_path if in_b else None, status=status, added=added,
                                removed=removed, patches=tuple(dict.fromkeys(names))))
     return out
-
-
-def _numstat_old_path(path: str) -> str:
-    if "{" in path:
-        head, rest = path.split("{", 1)
-        inner, tail = rest.split("}", 1)
-        old = inner.split(" => ")[0]
-        return (head + old + tail).replace("//", "/")
-    return path.split(" => ")[0]
 
 
 def _meaningful(line: bytes) -> bool:
@@ -577,7 +614,16 @@ def to_json(r: ReviewResult) -> dict[str, Any]:
              "patches": list(s.patches), "summary": s.change.describe()}
             for s in r.symbols
         ],
-        "flags": [s.change.describe() for s in r.flags],
+        "flags": [s.change.describe() for s in r.flags] + [f"hunk moved in {n}: {m.describe()}"
+                                                            for n, m in r.moved_hunks],
+        "flagged": r.flagged_count,
+        "unchanged": len(r.unchanged),
+        "elsewhere": [
+            {"path": f.path, "new_path": f.new_path, "changes": [
+                {"symbol": c.qualname, "status": c.status, "new_symbol": c.new_qualname, "added": c.added,
+                 "removed": c.removed, "summary": c.describe()} for c in changes]}
+            for f, changes in r.elsewhere
+        ],
         "duplicates": [{"patch": d.patch, "evidence": d.evidence, "detail": d.detail} for d in r.duplicates],
         "range_diff": None if r.range_diff is None else [
             {"old": e.old, "new": e.new, "marker": e.marker, "kind": e.kind, "subject": e.subject, "note": e.note,
@@ -590,15 +636,29 @@ def to_json(r: ReviewResult) -> dict[str, Any]:
 
 def summary_lines(r: ReviewResult) -> list[str]:
     out = [(f"review {r.engine} {r.from_version} -> {r.to_version}: {len(r.patches)} patches touch {len(r.files)} files, "
-           f"{len(r.symbols)} symbols; {len(r.flags)} flagged, {len(r.duplicates)} possible duplicates")]
+           f"{len(r.symbols)} symbols; {r.flagged_count} flagged ({len(r.flags)} symbols, {len(r.moved_hunks)} moved "
+           f"hunks), {len(r.duplicates)} possible duplicates")]
     for note in r.notes:
         out.append(f"  NOTE {note}")
     for f in r.files:
         where = f" -> {f.new_path}" if f.status == "renamed" else ""
-        out.append(f"  file  {f.path}{where}: {f.status} upstream (+{f.added} -{f.removed})  [{', '.join(p[:4] for p in f.patches)}]")
+        what = "added by the series" if f.status == "added-by-series" else f"{f.status.replace('-upstream', '')} upstream"
+        out.append(f"  file  {f.path}{where}: {what} (+{f.added} -{f.removed})  [{', '.join(p[:4] for p in f.patches)}]")
+    new_files = [s for s in r.symbols if s.change.status == "added-by-series" and "file the series adds" in s.change.note]
     for s in r.symbols:
+        if s.change.status == "unchanged" or s in new_files:
+            continue
         tag = "FLAG" if s.change.flagged else "    "
         out.append(f"  {tag}  {s.change.describe()}  [{', '.join(p[:4] for p in s.patches)}]")
+    if new_files:
+        out.append(f"        {len(new_files)} symbols are in files the series adds "
+                   f"({', '.join(dict.fromkeys(s.change.path for s in new_files))})")
+    if r.unchanged:
+        out.append(f"        {len(r.unchanged)} more symbols we patch are unchanged upstream")
+    for f, changes in r.elsewhere:
+        out.append(f"  also  {f.path}: upstream changed {len(changes)} other symbols ("
+                   + ", ".join(f"{c.qualname} {c.status}" for c in changes[:6]) + (" ..." if len(changes) > 6 else "")
+                   + ")")
     for d in r.duplicates:
         out.append(f"  DUP   {d.patch}: {d.detail} (candidate for dropping)")
     if r.range_diff is not None:
@@ -607,5 +667,5 @@ def summary_lines(r: ReviewResult) -> list[str]:
             out.append(f"  {(e.old or '-')[:4]:>4} {e.marker} {(e.new or '-')[:4]:<4} {e.kind:<12} {e.subject}"
                        + (f"  ({e.note})" if e.note else ""))
             for m in e.moved:
-                out.append(f"       WARNING hunk moved: {m.describe()}")
+                out.append(f"  FLAG   WARNING hunk moved: {m.describe()}")
     return out

@@ -20,6 +20,8 @@ from overlay.fsutil import safe_relpath
 from overlay.inputs import check_name, inside_root, read_inside
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from overlay.mechanism import Flag, Mechanism
 
 THEMES = (
@@ -726,3 +728,66 @@ def slugify(subject: str, *, limit: int = 52) -> str:
     while ".." in slug:
         slug = slug.replace("..", ".")
     return slug[:limit].rstrip("-.") or "patch"
+
+
+# ---------------------------------------------------------------- series file writer (refresh and rebase)
+
+
+def render_series(
+    old_text: str, *, header: str, names: Sequence[str], previous: Mapping[str, str] | None = None
+) -> str:
+    """The ``series`` file listing ``names`` under ``header``, keeping every comment and blank line of ``old_text``.
+
+    A run of comment and blank lines belongs to the entry after it and travels with that entry when patches are
+    renumbered or reordered; an entry's own trailing ``# comment`` stays on its line. Comments of an entry that is
+    gone stay where it was (before the next entry that is kept); those after the last entry stay at the end.
+    ``previous`` says which old entry each new name continues (new -> old); without it a name continues the old
+    entry of the same name, else the one with the same slug (the name without its ``NNNN-`` number).
+    """
+    lines = old_text.splitlines()[1:]
+    blocks: list[tuple[list[str], str, str]] = []  # (comment lines before, entry name, the entry's trailing text)
+    pending: list[str] = []
+    for line in lines:
+        entry, sep, rest = line.partition("#")
+        name = entry.strip()
+        if not name:
+            pending.append(line)
+            continue
+        blocks.append((pending, name, (entry[len(entry.rstrip()):] + sep + rest) if sep else ""))
+        pending = []
+    tail = pending
+    by_name = {name: i for i, (_c, name, _t) in enumerate(blocks)}
+    by_slug: dict[str, int] = {}
+    for i, (_c, name, _t) in enumerate(blocks):
+        by_slug.setdefault(name[5:], i)
+    used: dict[int, str] = {}
+    for new in names:
+        old = (previous or {}).get(new)
+        k = by_name.get(old) if old is not None else None
+        if k is None:
+            k = by_name.get(new)
+        if k is None or k in used:
+            k = by_slug.get(new[5:])
+        if k is not None and k not in used:
+            used[k] = new
+    owner = {new: i for i, new in used.items()}
+    orphans: list[str] = []  # comments of dropped entries, emitted before the next kept entry in old order
+    carried: dict[int, list[str]] = {}
+    for i, (comments, _name, _t) in enumerate(blocks):
+        if i in used:
+            carried[i] = orphans + comments
+            orphans = []
+        else:
+            orphans += comments
+    out = [header]
+    for new in names:
+        at = owner.get(new)
+        if at is None:
+            out.append(new)
+            continue
+        out += carried[at]
+        out.append(new + blocks[at][2])
+    out += orphans + tail
+    while len(out) > 1 and not out[-1].strip():
+        out.pop()
+    return "\n".join(out) + "\n"

@@ -521,9 +521,11 @@ def _base_tree_problem(root: Path, worktree: Path, base: str, manifest: Manifest
 
 
 def _series_text(path: Path, manifest: Manifest, names: list[str]) -> str:
-    """Rewrite the series file's entries, keeping its header and comment lines where they were."""
-    old = path.read_text(encoding="utf-8").splitlines()
-    header = old[0] if old else f"# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}"
-    comments = [line for line in old[1:] if line.strip().startswith("#") or not line.strip()]
-    lines = [header, *[c for c in comments if c.strip()], *names]
-    return "\n".join(lines) + "\n"
+    """Rewrite the series file's entries, keeping its header and every comment and blank line with its entry
+    (:func:`overlay.series.render_series`, the writer ``rebase`` uses too)."""
+    from overlay.series import render_series
+
+    old = path.read_text(encoding="utf-8")
+    header = old.splitlines()[0] if old.strip() else \
+        f"# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}"
+    return render_series(old, header=header, names=names)

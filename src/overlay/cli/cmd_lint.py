@@ -39,11 +39,13 @@ def execute(args: argparse.Namespace) -> int:
         reports = [_with_locations(root, r, args.against, args.offline, reporter_for(args)) for r in reports]
     if args.json:
         emit_json({"version": 1, "engines": [
-            {"engine": r.engine, "patches": r.patches, "ok": r.ok,
+            {"engine": r.engine, "patches": r.patches, "ok": r.ok, "warnings": list(r.warnings),
              "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message, "tip": p.tip} for p in r.problems]}
             for r in reports]})
     else:
         for r in reports:
+            for w in r.warnings:
+                print(f"WARNING {r.engine}: {w}", file=sys.stderr)
             if r.ok:
                 against = f"; every hunk lands in the same symbol at {args.against}" if args.against else ""
                 print(f"{r.engine}: ok ({r.patches} patches apply exactly{against})")

@@ -57,13 +57,13 @@ def execute(args: argparse.Namespace) -> int:
             print(f"rebase of {res.engine} aborted; nothing was published{undone}")
         return 0
     if args.undo:
-        undone = rb.undo(root=root, engine=args.engine, wait=args.wait, reporter=rep)
+        back = rb.undo(root=root, engine=args.engine, wait=args.wait, reporter=rep)
         if args.json:
-            emit_json({"version": 1, "engine": undone.engine, "undone": True, "pin": undone.from_version,
-                       "restored": list(undone.restored)})
+            emit_json({"version": 1, "engine": back.engine, "back": True, "pin": back.from_version,
+                       "restored": list(back.restored)})
         else:
-            print(f"rebase of {undone.engine} {undone.from_version} -> {undone.to_version} undone: pinned at "
-                  f"{undone.from_version} again ({len(undone.restored)} files put back)")
+            print(f"rebase of {back.engine} {back.from_version} -> {back.to_version} back: pinned at "
+                  f"{back.from_version} again ({len(back.restored)} files put back)")
         return 0
     if args.publish:
         result = rb.publish(root=root, engine=args.engine, wait=args.wait, reporter=rep)
@@ -82,6 +82,12 @@ def execute(args: argparse.Namespace) -> int:
         emit_json(rb.report_json(result))
     else:
         print_table(result)
+        skipped = [o.name for o in result.outcomes if o.resolution == "skipped"]
+        if args.skip and skipped:
+            needs = [w.split(":", 1)[0] for w in result.warnings if f"'{skipped[-1]}'" in w]
+            if needs:
+                print(f"WARNING --skip dropped {skipped[-1]}, which {', '.join(needs)} "
+                      f"require{'s' if len(needs) == 1 else ''} (Overlay-Requires)", file=sys.stderr)
     if result.status == "review":
         e, a, b = result.engine, result.from_version, result.to_version
         for reason in result.review:
@@ -111,7 +117,9 @@ def print_table(result: Any) -> None:
     print(f"rebase {result.engine} {result.from_version} -> {result.to_version}: {result.status}")
     print(f"{'patch':<{width}}  {'class':<10}  {'result':<9}  detail")
     for o in result.outcomes:
-        if o.resolution == "pending":
+        if o.resolution == "pending" and o.conflict_kind == "inherited":
+            res = "inherited"
+        elif o.resolution == "pending":
             res = "STOPPED" if result.status == "stopped" else "would stop"
         elif o.commit is None:
             res = o.resolution if o.resolution in ("skipped", "dropped") else "dropped"
@@ -125,6 +133,11 @@ def print_table(result: Any) -> None:
     for n in result.pending:
         print(f"{n:<{width}}  {'-':<10}  {'pending':<9}")
     counts = ", ".join(f"{k} {v}" for k, v in result.counts().items() if v)
+    own = sum(1 for o in result.outcomes if o.conflict_kind == "own")
+    inherited = sum(1 for o in result.outcomes if o.conflict_kind == "inherited")
+    if own or inherited:
+        counts += (f"; of the conflicts {own} are the patches' own, {inherited} inherited (they go away once the "
+                   "earlier ones are resolved)")
     print(f"{len(result.outcomes)} of {len(result.outcomes) + len(result.pending)} patches: {counts or 'none'}"
           + (f"; report {result.report}" if result.report else ""))
     for w in getattr(result, "warnings", ()):
