@@ -296,6 +296,9 @@ def static_problems(root: Path, manifest: Manifest, series: Series) -> list[Prob
 
 
 def _metadata_tip(message: str) -> str | None:
+    if message.startswith("Overlay-Requires") and ("comes after it" in message or "no such patch" in message):
+        return ("put the required patch back before this one (`overlay checkout`, `git rebase -i` there, `overlay "
+                "refresh`), or remove the Overlay-Requires line if the patch no longer needs it")
     if message.startswith(("missing trailer Overlay-Flag", "Overlay-Flag", "Overlay-Mechanism", "Overlay-Requires")) or (
             message.startswith("Overlay-Theme") and "Overlay-Mechanism" in message):
         return ("fix the trailer in the commit message (git commit --amend / rebase -i reword), then `overlay refresh`; "

@@ -184,8 +184,9 @@ def _rebase(
     old = resolve_release(root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter)
     new = resolve_release(root, manifest, version, url=url, primary_only=dry_run, offline=offline, reporter=reporter)
     root_pkg = manifest.upstream.package_root
-    old_files = wheel_tree(old.primary_path, root_pkg)
-    new_files = wheel_tree(new.primary_path, root_pkg)
+    allow = manifest.upstream.allow_members
+    old_files = wheel_tree(old.primary_path, root_pkg, allow_members=allow)
+    new_files = wheel_tree(new.primary_path, root_pkg, allow_members=allow)
     new_manifest = manifest_at(manifest, version, new.artifacts)
     reporter.step("rebase", f"{engine}: {manifest.upstream.version} -> {version}, {len(series.patches)} patches")
     if dry_run:

@@ -215,7 +215,9 @@ def review(
         rel_a = resolve_release(root, manifest, a, url=from_url, primary_only=True, offline=offline, reporter=reporter)
         rel_b = resolve_release(root, manifest, b, url=to_url, primary_only=True, offline=offline, reporter=reporter)
         pr = manifest.upstream.package_root
-        files_a, files_b = wheel_tree(rel_a.primary_path, pr), wheel_tree(rel_b.primary_path, pr)
+        allow = manifest.upstream.allow_members
+        files_a = wheel_tree(rel_a.primary_path, pr, allow_members=allow)
+        files_b = wheel_tree(rel_b.primary_path, pr, allow_members=allow)
         reporter.step("review", f"{engine}: {a} -> {b}; series at {a}: {old_source or 'none'}; at {b}: "
                                 f"{new_source or ('replayed now' if old else 'none')}")
         ws = prepare(
