@@ -84,6 +84,40 @@ def histogram_svg(title: str, counts: list[int]) -> str:
     return "".join(parts) + "</svg>"
 
 
+def _mechanism_section(report: dict[str, Any]) -> str:
+    """The census table (one row per declared mechanism) and, per record, the sites that moved most."""
+    records = report.get("mechanism")
+    if records is None:
+        return ""
+    from overlay.check.census import top_primitives_diff, top_sites_diff
+
+    ms = report.get("mechanism_summary") or {}
+    verdict = {True: ("pass", "holds"), False: ("fail", "DOES NOT HOLD"), None: ("muted", "not measured")}
+    head = (f"<h2>Mechanism census</h2><p class='muted'>{_e(ms.get('declared', len(records)))} declared, "
+            f"{_e(ms.get('hold', 0))} hold, {_e(ms.get('do_not_hold', 0))} do not hold, "
+            f"{_e(ms.get('not_measured', 0))} not measured; per step, {_e(ms.get('steps', '?'))} steps per run"
+            + ("" if ms.get("gated", True) else "; <b>not gated in this run</b>") + "</p>")
+    if not records:
+        return head + "<p>No patch declares an Overlay-Mechanism.</p>"
+    rows = [[r["patch"], r["declared"], r["flag"], r["stock"], r["patched"], r.get("flag_off"),
+             _Raw(f"<span class='{verdict[r['holds']][0]}'>{verdict[r['holds']][1]}</span>"), r.get("note") or ""]
+            for r in records]
+    out = [head, _table(rows, ["patch", "declared", "flag", "stock", "patched", "flag off", "holds", "note"])]
+    moved = []
+    for r in records:
+        diff, prims = top_sites_diff(r), top_primitives_diff(r)
+        if diff or prims:
+            moved.append(f"<h3>{_e(r['patch'])}: {_e(r['declared'])}</h3>"
+                         + (_table([[site, a, b, b - a] for site, a, b in diff],
+                                   ["site (per step)", "before", "after", "change"]) if diff else "")
+                         + (_table([[name, a, b, b - a] for name, a, b in prims],
+                                   ["primitive (per step)", "before", "after", "change"]) if prims else ""))
+    if moved:
+        out.append("<h3 class='muted'>What moved (top sites and primitives, without -> with the patch, in the "
+                   "variant it is judged on)</h3>" + "".join(moved))
+    return "".join(out)
+
+
 def render(report: dict[str, Any]) -> str:
     v = report.get("verdict", "?")
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>overlay check {_e(report['engine'])}</title>",
@@ -103,6 +137,7 @@ def render(report: dict[str, Any]) -> str:
         [[g["subject"], g["class"], g["gate"], _Raw(f"<span class='{'pass' if g['passed'] else 'fail'}'>"
                                                     f"{'pass' if g['passed'] else 'FAIL'}</span>"), g["detail"]]
          for g in report.get("gates", [])], ["subject", "class", "gate", "result", "detail"]))
+    out.append(_mechanism_section(report))
     out.append("<h2>Patches</h2>" + _table([[p["name"], p["numerics"], p["theme"], p["subject"]]
                                               for p in report["series"]["patches"]], ["patch", "numerics", "theme", "subject"]))
     g = report.get("greedy")

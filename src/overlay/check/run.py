@@ -3,7 +3,9 @@
 Arms: stock (the pinned artifact) and patched (our wheel), each pip-installed in its own cached venv (overlay.envs)
 and driven in fresh subprocesses; a second stock arm run ("stock-b", fresh processes of the same venv) gives the noise
 floor. Speed repetitions are interleaved (stock, patched, stock-b, then rotated), after a warm-up inside each process.
-The report is written (atomically) before a failing gate raises CheckFailed (exit 4).
+The mechanism census (overlay.check.census) counts, per declared ``Overlay-Mechanism``, stock vs patched in the
+engine's real call path; ``mechanism=True`` runs it alone. The report is written (atomically) before a failing gate
+raises CheckFailed (exit 4).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from overlay.archive_policy import MemberPolicy
 from overlay.build import apply_engine, load_engine_series
+from overlay.check import census as census_mod
 from overlay.check import stats
 from overlay.check.surface import compare, wheel_surface
 from overlay.engines import EngineAdapter, Models, get_adapter
@@ -53,6 +57,11 @@ class CheckOptions:
     allow_few_positions: bool = False
     target_kind: str | None = None
     draft_kind: str | None = None
+    mechanism: bool = False  # run the mechanism census alone
+    # a declared mechanism that does not hold fails the check; None: with `mechanism` only (the full check reports it)
+    gate_mechanism: bool | None = None
+    patch: str | None = None  # census only this patch's mechanisms
+    census_steps: int = census_mod.DEFAULT_STEPS
 
 
 def reports_dir(root: Path) -> Path:
@@ -299,6 +308,11 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
         raise UsageError(f"--positions {options.positions} is below 50000", tip="pass --allow-few-positions to accept fewer")
     if options.reps < 1:
         raise UsageError("--reps must be at least 1")
+    if options.census_steps < 1:
+        raise UsageError(f"--census-steps {options.census_steps} must be at least 1")
+    if options.patch is not None and options.patch not in series.names:
+        raise UsageError(f"--patch {options.patch!r} is not in the {manifest.name} series",
+                         tip=f"patches: {', '.join(series.names)}")
     adapter = get_adapter(options.engine)
     artifact = manifest.upstream.primary
     stock_wheel = fetch_artifact(root, manifest, artifact, reporter=reporter)
@@ -317,14 +331,24 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
                                for p in patches]},
         "notes": [],
     }
-    reporter.step("check", "static drop-in check: public surface of the patched wheel vs stock")
-    report["surface"] = compare(_surface(stock_wheel), _surface(patched_build.wheel))
-    gates: list[dict[str, Any]] = [{
-        "subject": "series", "class": "surface", "gate": "public surface compatible",
-        "passed": report["surface"]["compatible"],
-        "detail": f"{len(report['surface']['removed'])} removed, {len(report['surface']['changed'])} changed",
-    }]
+    gates: list[dict[str, Any]] = []
+    if not options.mechanism:
+        reporter.step("check", "static drop-in check: public surface of the patched wheel vs stock")
+        report["surface"] = compare(_surface(stock_wheel, manifest), _surface(patched_build.wheel, manifest))
+        gates.append({
+            "subject": "series", "class": "surface", "gate": "public surface compatible",
+            "passed": report["surface"]["compatible"],
+            "detail": f"{len(report['surface']['removed'])} removed, {len(report['surface']['changed'])} changed",
+        })
     why = adapter.unavailable(stock)
+    if why is not None and options.mechanism:
+        report["model"] = None
+        report["mode"] = "mechanism"
+        for key in ("greedy", "logits", "speculative", "speed", "noise_floor"):
+            report[key] = None
+        _mechanism(report, gates, root=root, adapter=adapter, stock=stock, patched=patched, patches=patches, models=None,
+                   options=options, reporter=reporter)
+        return _finish(root, options, manifest, report, gates)
     if why is not None:
         report["model"] = None
         report["mode"] = "fallback"
@@ -336,14 +360,24 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
                       "passed": bool(fb.get("passed")), "detail": fb.get("summary") or fb.get("reason", "")})
         for key in ("greedy", "logits", "speculative", "speed", "noise_floor"):
             report[key] = None
+        _mechanism(report, gates, root=root, adapter=adapter, stock=stock, patched=patched, patches=patches, models=None,
+                   options=options, reporter=reporter)
         return _finish(root, options, manifest, report, gates)
 
-    report["mode"] = "engine"
+    report["mode"] = "mechanism" if options.mechanism else "engine"
     models = adapter.models(root=root, arm=stock, model=options.model, draft=options.draft, reporter=reporter,
                             target_kind=options.target_kind or manifest.check.default_model,
                             draft_kind=options.draft_kind)
     report["model"] = {"path": str(models.target), "kind": models.target_kind,
                        "draft": str(models.draft) if models.draft else None, "draft_kind": models.draft_kind}
+    if options.mechanism:
+        for key in ("greedy", "logits", "speculative", "speed", "noise_floor"):
+            report[key] = None
+        _mechanism(report, gates, root=root, adapter=adapter, stock=stock, patched=patched, patches=patches, models=models,
+                   options=options, reporter=reporter)
+        return _finish(root, options, manifest, report, gates)
+    _mechanism(report, gates, root=root, adapter=adapter, stock=stock, patched=patched, patches=patches, models=models,
+               options=options, reporter=reporter)
     tasks = adapter.tasks()
     with owned_scratch(root / "build" / "tmp", f"check-{manifest.name}") as tmp:
         prompts, prompt_ids = prompt_set(adapter, stock, models)
@@ -411,8 +445,58 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
     return _finish(root, options, manifest, report, gates)
 
 
-def _surface(wheel: Path) -> dict[str, Any]:
-    contents = read_wheel(wheel)
+def _mechanism(report: dict[str, Any], gates: list[dict[str, Any]], *, root: Path, adapter: EngineAdapter, stock: Arm,
+               patched: Arm, patches: Sequence[Patch], models: Models | None, options: CheckOptions,
+               reporter: Reporter, unavailable: str | None = None) -> None:
+    """The mechanism census into ``report["mechanism"]`` (and its failed gates into ``gates``)."""
+    scenarios = adapter.census_scenarios() if unavailable is None else ()
+    # an engine that cannot run its full tasks here may still run its census (e.g. with labelled stand-ins)
+    chosen = [p for p in patches if options.patch in (None, p.name)]
+    declared = sum(len(p.mechanisms) for p in chosen)
+    reporter.step("check", f"mechanism census: {declared} declared mechanism(s) in {len(chosen)} patch(es)"
+                  + (f", scenarios {', '.join(scenarios)}" if scenarios else ""))
+    pick = getattr(adapter, "census_variants", None)
+    variants: tuple[census_mod.Variant, ...] = ()
+    if scenarios and callable(pick):
+        variants = tuple(pick(root=root, arm=stock, models=models, explicit=options.model is not None,
+                              reporter=reporter))
+    elif scenarios:  # the adapter's census picks its own model (or stand-in) when none is given
+        variants = (census_mod.Variant(name=models.target_kind or models.target.name, model=str(models.target))
+                    if models is not None else census_mod.Variant(name="the census's own model", model=""),)
+    gate = options.mechanism if options.gate_mechanism is None else options.gate_mechanism
+    census = census_mod.Census(lambda arm, req: adapter.run(arm, req, timeout=600), variants=variants,
+                               steps=options.census_steps)
+    prefixes: dict[int, Arm] = {0: stock, len(patches): patched}
+
+    def prefix_arm(n: int) -> Arm:
+        if n not in prefixes:
+            manifest = load_engine(root, options.engine)
+            build = apply_engine(root=root, engine=options.engine, upto=n, reporter=reporter)
+            prefixes[n] = arm_env(root, manifest, build.wheel, name=f"upto-{n}", reporter=reporter)
+        return prefixes[n]
+
+    label = getattr(adapter, "census_label", None)
+    cpu_label = (lambda m, s, p: label(m.metric, s, p)) if callable(label) else None
+    records = census_mod.census_records(patches=patches, only=options.patch, census=census, stock=stock,
+                                        patched=patched, scenarios=scenarios, prefix_arm=prefix_arm,
+                                        cpu_label=cpu_label, unavailable=unavailable)
+    report["mechanism"] = records
+    counts = census_mod.summary(records)
+    report["mechanism_summary"] = {**counts, "census_runs": census.runs, "steps": options.census_steps,
+                                   "variants": [{"name": v.name, "model": v.model, **dict(v.extra)} for v in variants],
+                                   "gated": gate, "tolerance": census_mod.TOLERANCE}
+    if counts["do_not_hold"]:
+        report["notes"].append(
+            f"mechanism: {counts['do_not_hold']} of {counts['declared']} declared do not hold"
+            + ("" if gate else " (NOT GATED in this run: `overlay check "
+               f"{report['engine']} --mechanism` or --gate-mechanism gates them; see the mechanism records)"))
+    if counts["not_measured"]:
+        report["notes"].append(f"mechanism: {counts['not_measured']} of {counts['declared']} declared not measured here")
+    gates += census_mod.gates(records, enforce=gate)
+
+
+def _surface(wheel: Path, manifest: Manifest) -> dict[str, Any]:
+    contents = read_wheel(wheel, policy=MemberPolicy.of(manifest.upstream.allow_members))
     return wheel_surface(contents.tree, contents.dist_info)
 
 

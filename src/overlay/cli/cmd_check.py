@@ -9,7 +9,8 @@ from typing import Any
 from overlay.cli.main import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
-HELP = "check the patched engine against the stock one: outputs, logits, speculation, speed (exit 4 on a failed gate)"
+HELP = ("check the patched engine against the stock one: outputs, logits, speculation, speed, each patch's mechanism "
+        "(exit 4 on a failed gate)")
 EXAMPLE = "overlay check mlx-lm --reps 5"
 
 
@@ -28,6 +29,14 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--allow-few-positions", action="store_true", help="accept --positions below 50000")
     p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt (default 48)")
     p.add_argument("--num-draft", type=int, default=3, help="draft tokens per speculative cycle (default 3)")
+    p.add_argument("--mechanism", action="store_true",
+                   help="run only the mechanism census: each patch's Overlay-Mechanism counted stock vs patched "
+                        "(minutes; exit 4 when a declared mechanism does not hold)")
+    p.add_argument("--patch", metavar="NAME", help="census only this patch's declared mechanisms")
+    p.add_argument("--gate-mechanism", action=argparse.BooleanOptionalAction, default=None,
+                   help="fail the check (exit 4) when a declared mechanism does not hold (default: on with "
+                        "--mechanism, off in the full check, which reports them)")
+    p.add_argument("--census-steps", type=int, default=4, help="steps (tokens, rounds, chunks) per census run (default 4)")
     p.add_argument("--min-speedup", type=float, help="gate: the decode speedup's 95%% CI low end must reach this")
     p.add_argument("--json", dest="json_path", type=Path, help="report path (default build/reports/ENGINE-check.json)")
     p.add_argument("--html", dest="html_path", type=Path, help="HTML report (default build/reports/ENGINE-check.html)")
@@ -47,6 +56,8 @@ def execute(args: argparse.Namespace) -> int:
         json_path=args.json_path.resolve() if args.json_path else None,
         html_path=args.html_path.resolve() if args.html_path else None, min_speedup=args.min_speedup,
         allow_few_positions=args.allow_few_positions, target_kind=args.target_kind, draft_kind=args.draft_kind,
+        mechanism=args.mechanism, patch=args.patch, census_steps=args.census_steps,
+        gate_mechanism=args.gate_mechanism,
     )
     try:
         report = run_check(root=root, options=options, reporter=reporter_for(args))
@@ -107,6 +118,15 @@ def table_lines(report: dict[str, Any]) -> list[str]:
                 lines.append(f"{metric:<10} stock {s['stock'][key]['median']:.4g} patched {s['patched'][key]['median']:.4g}"
                              f"  ratio {r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
                              + (f"  noise floor {nf['ratio']:.3f} [{nf['ci_low']:.3f}, {nf['ci_high']:.3f}]" if nf else ""))
+    from overlay.check.census import line as census_line
+
+    for rec in report.get("mechanism") or []:
+        lines.append(census_line(rec))
+    ms = report.get("mechanism_summary")
+    if ms:
+        lines.append(f"mechanism: {ms['declared']} declared, {ms['hold']} hold, {ms['do_not_hold']} do not hold, "
+                     f"{ms['not_measured']} not measured" + ("" if ms["gated"] or not ms["do_not_hold"] else
+                                                              " (NOT GATED in this run)"))
     sf = report.get("surface")
     if sf:
         lines.append(f"surface    {sf['modules']} modules, {sf['symbols']} public symbols: {len(sf['removed'])} removed, "

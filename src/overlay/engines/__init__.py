@@ -48,6 +48,10 @@ class EngineAdapter(Protocol):
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         """What `check` runs instead when the engine is unavailable here (e.g. the patch-level CPU tests)."""
 
+    def census_scenarios(self) -> tuple[str, ...]:
+        """The mechanism-census scenarios (overlay.mechanism.SCENARIOS) this adapter's ``census`` task runs on this
+        machine; a declared mechanism in any other scenario is reported as not measured."""
+
 
 _REGISTRY: dict[str, Callable[[], EngineAdapter]] = {}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from overlay.check.census import Variant
 from overlay.engines import WORKERS, Models, register
 from overlay.envs import Arm
 from overlay.errors import UsageError
@@ -12,6 +13,7 @@ from overlay.progress import Reporter
 
 DEFAULT_TARGET = "llama-target"
 DEFAULT_DRAFT = "llama-draft"
+CENSUS_SCENARIOS = ("decode-token", "spec-verify-step", "draft-round", "prefill-chunk")
 
 
 class MlxLmAdapter:
@@ -48,6 +50,61 @@ class MlxLmAdapter:
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         raise UsageError("mlx-lm has no fallback: it runs here")
+
+    def census_scenarios(self) -> tuple[str, ...]:
+        return CENSUS_SCENARIOS
+
+    def census_variants(self, *, root: Path, arm: Arm, models: Models | None, explicit: bool,
+                        reporter: Reporter) -> tuple[Variant, ...]:
+        """The census runs each scenario on a dense and a hybrid model (a patch may act on one family only) and, for
+        the sampler patches, with a top-k sampler. Speculative scenarios run with the target as its own drafter (every
+        draft accepted) and with a never-right drafter (every round rejects and rolls back). With --model, that model
+        alone (its own drafter, and a never-right copy)."""
+        from overlay import tinymodels
+        from overlay.check.run import never_right_draft
+
+        spec = ("spec-verify-step", "draft-round")
+
+        def never(target: Path) -> str:
+            out = root / "build" / "models" / f"census-never-right-{target.name}"
+            if not (out / "config.json").is_file():
+                never_right_draft(target, out)
+            return str(out)
+
+        if explicit and models is not None:
+            name = models.target.name
+            return (Variant(name=name, model=str(models.target)),
+                    Variant(name=f"{name}, never-right drafter", model=str(models.target),
+                            extra=(("draft", never(models.target)),), scenarios=spec))
+        llama_dir = tinymodels.build("llama-random", root=root, python=arm.python, reporter=reporter)
+        llama = str(llama_dir)
+        hybrid = str(tinymodels.build("qwen3_5-random", root=root, python=arm.python, reporter=reporter))
+        return (Variant(name="llama", model=llama),
+                Variant(name="llama, never-right drafter", model=llama, extra=(("draft", never(llama_dir)),),
+                        scenarios=spec),
+                Variant(name="qwen3_5 (hybrid), llama drafter", model=hybrid, extra=(("draft", never(llama_dir)),)),
+                Variant(name="llama, temp 0.7 top-k 20", model=llama,
+                        extra=(("sampler", {"temp": 0.7, "top_k": 20}),)))
+
+    def census_label(self, metric: str, stock: dict[str, Any], patched: dict[str, Any]) -> str | None:
+        """Which part of a counted change a Metal build would also see (the census runs on mlx's CPU backend)."""
+        if metric in ("evals-per-token", "host-syncs"):
+            return "backend-independent: the same evals and host reads run on Metal"
+        if metric != "ops-per-token":
+            return None
+        raw = [(r.get("metrics") or {}).get(metric) for r in (stock, patched)]
+        raw += [(r.get("detail") or {}).get("metal-ops-per-token") for r in (stock, patched)]
+        nums = [float(v) for v in raw if isinstance(v, (int, float))]
+        if len(nums) != 4:
+            return None
+        cs, cp, ms, mp = nums
+        est = f"Metal estimate {ms:.4g} -> {mp:.4g}"
+        if cp < cs and not mp < ms:
+            return (f"CPU-only: the decrease comes from mx.fast CPU fallbacks a Metal build runs as one kernel each "
+                    f"({est})")
+        if cp > cs and not mp > ms:
+            return f"CPU-only increase ({est})"
+        return f"Metal would also see it ({est})"
 
 
 register("mlx-lm")(MlxLmAdapter)
