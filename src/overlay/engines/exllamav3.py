@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from overlay.engines import Models, register
+from overlay.engines import WORKERS, Models, register
 from overlay.envs import Arm
 from overlay.errors import UsageError
 from overlay.progress import Reporter
+
+CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round")  # workers/exllamav3_census.py
 
 
 class ExLlamaV3Adapter:
@@ -32,7 +34,13 @@ class ExLlamaV3Adapter:
         raise UsageError("exllamav3 models are EXL3 checkpoints built on a GPU machine (scripts/device/exllamav3_check.*)")
 
     def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+        if request.get("task") == "census":  # CPU: the real generator round code, labelled stand-ins around it
+            result: dict[str, Any] = arm.run_json(WORKERS / "exllamav3_census.py", request, timeout=timeout or 900)
+            return result
         raise UsageError("exllamav3 tasks run on a GPU machine: see scripts/device/")
+
+    def census_scenarios(self) -> tuple[str, ...]:
+        return CENSUS_SCENARIOS
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         return run_patch_tests(root, "exllamav3", reporter)

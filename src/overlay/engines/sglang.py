@@ -16,6 +16,8 @@ from overlay.progress import Reporter
 
 DEFAULT_TARGET = "llama-target"
 DEFAULT_DRAFT = "llama-draft"
+# the worker's census task (workers/sglang_worker.py task_census, counted in the scheduler by sglang_census_hook.py)
+CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "draft-extend", "prefill-chunk")
 
 
 class SglangAdapter:
@@ -53,6 +55,9 @@ class SglangAdapter:
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         return run_patch_tests(root, "sglang", reporter)
+
+    def census_scenarios(self) -> tuple[str, ...]:
+        return CENSUS_SCENARIOS
 
 
 register("sglang")(SglangAdapter)

@@ -2,7 +2,8 @@
 
 Protocol as the other workers: one JSON request on stdin, one JSON document on stdout. Engines are started with the
 CPU harness (src/overlay/testbackends/sglang/run_engine.py: test infrastructure) so the same settings are used as in
-the per-patch tests. Tasks: tokenize, greedy, logits, spec, speed, cold.
+the per-patch tests. Tasks: tokenize, greedy, logits, spec, speed, cold, census (the mechanism census: see
+task_census and sglang_census_hook.py).
 """
 
 from __future__ import annotations
@@ -155,6 +156,76 @@ def task_cold(req: dict[str, Any]) -> dict[str, Any]:
     finally:
         engine.shutdown()
     return {"t_start": T_START, "t_first_token": t_first}
+
+
+CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend")
+CENSUS_WARMUP = 1  # the first step of a kind allocates buffers; it is left out of the means
+CENSUS_NOT_COUNTED = {"collectives": "one CPU rank: no process group, no collectives run",
+                      "cache-hits": "no engine cache entry point is wrapped by the census",
+                      "capturable": "the CPU engine path captures no CUDA graph (disable_cuda_graph); no capture region "
+                                    "runs, so capturability is not observed"}
+CENSUS_STANDIN = ("sgl_kernel CPU ops (pure-torch stand-in, src/overlay/testbackends/sglang/site/sgl_kernel) and the "
+                  "torchvision stub; attention intel_amx served by the stand-in on spec runs")
+
+
+def task_census(req: dict[str, Any]) -> dict[str, Any]:
+    """One scenario of the CPU engine under the torch census (counted in the scheduler process, see
+    sglang_census_hook.py); the patch's SGLANG_OPT_* switch comes in this process's environment."""
+    import os
+    import tempfile
+
+    scenario = req["scenario"]
+    if req.get("options"):
+        raise SystemExit(f"sglang census: CLI options {sorted(req['options'])} are not applied by the CPU census")
+    if scenario not in ("decode-step", "prefill-chunk", *CENSUS_SPEC):
+        raise SystemExit(f"sglang census: unknown scenario {scenario!r}")
+    steps = int(req.get("steps", 4))
+    spec = None
+    if scenario in CENSUS_SPEC:
+        spec = {"algorithm": "STANDALONE", "draft_model": req.get("draft") or req["model"], "num_steps": 1, "topk": 1,
+                "num_draft_tokens": 2}
+    with tempfile.TemporaryDirectory(prefix="overlay-census-") as tmp:
+        dist = Path(tmp) / "overlay_census-0.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: overlay-census\nVersion: 0.0\n")
+        (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\noverlay_census = sglang_census_hook:register\n")
+        workers = str(Path(__file__).resolve().parent)
+        for entry in (workers, tmp):
+            sys.path.insert(0, entry)  # forked children inherit sys.path, spawned ones PYTHONPATH
+        os.environ["PYTHONPATH"] = os.pathsep.join([tmp, workers, os.environ.get("PYTHONPATH", "")])
+        out = Path(tmp) / "census.json"
+        os.environ.update(OVERLAY_CENSUS_SCENARIO=scenario, OVERLAY_CENSUS_OUT=str(out),
+                          OVERLAY_CENSUS_WARMUP=str(CENSUS_WARMUP), OVERLAY_CENSUS_LIMIT=str(steps))
+        engine = _engine(req["model"], spec)
+        try:
+            prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
+            new = 1 if scenario == "prefill-chunk" else 2 * (steps + CENSUS_WARMUP) + 2
+            engine.generate(input_ids=[prompt], sampling_params=_greedy_params(new))
+        finally:
+            engine.shutdown()
+        if not out.is_file():
+            raise SystemExit(f"sglang census: the scheduler wrote no census ({out}); the plugin did not load")
+        doc = json.loads(out.read_text())
+    report = doc["report"]
+    metrics = dict(report["metrics"])
+    notes = [f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})" if spec
+             else "plain decode, batch 1", f"{report['steps']} steps after {CENSUS_WARMUP} warm-up"]
+    for metric, why in CENSUS_NOT_COUNTED.items():
+        metrics[metric] = None
+        notes.append(f"{metric}: not counted ({why})")
+    flags = sorted(k for k in os.environ if k.startswith("SGLANG_OPT_"))
+    notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
+    unread = [k for k in flags if k not in doc["flags_read"]]
+    if unread:
+        metrics = {m: None for m in metrics}
+        notes.append(f"not measured: {', '.join(unread)} set but never read during the steps (the patch's code is "
+                     f"not on the CPU engine path of this scenario)")
+    if report["steps"] < steps:
+        notes.append(f"only {report['steps']} of {steps} steps ran")
+    return {"scenario": scenario, "steps": report["steps"], "metrics": metrics, "sites": report["sites"],
+            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"],
+                       "flags_read": doc["flags_read"]},
+            "notes": notes, "standin": CENSUS_STANDIN}
 
 
 TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}

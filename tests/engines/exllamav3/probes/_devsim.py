@@ -8,6 +8,12 @@ GPU is counted in SYNC: reading values (.item(), .tolist(), int(), bool(), .nump
 are counted by the patched torch.cuda functions (install_cuda_mocks). A non-blocking copy_ into a host tensor is
 counted as an asynchronous D2H copy, not as a sync. Results of operations on Dev tensors are Dev tensors.
 
+SYNC misses implicit syncs (``if`` on a tensor goes straight to aten, as do ``torch.equal``, ``nonzero``, boolean-mask
+indexing) and ``torch.tensor(..., device=)``; the mechanism census (src/overlay/engines/workers/torch_census.py, run
+by workers/exllamav3_census.py) counts those at the aten level and is the count to trust. ``CensusDev`` is the Dev
+the census uses: its ``device`` is ``cpu:0``, so ``x.to(y.device)`` between two device tensors stays on the device and
+``host.to(dev.device)`` is an H2D copy, as on a GPU.
+
 The sampling references (install_sampling_references) stand in for the extension's Gumbel-noise and fused-sampler
 kernels: a deterministic noise stream keyed on (seed, element index) as the CUDA kernels key Philox, so a stock
 call per position and a patched batched call with per-row seeds can be compared bit for bit.
@@ -29,9 +35,9 @@ _HOST_READS = {"item", "tolist", "__int__", "__bool__", "__float__", "__index__"
 def _is_host_target(args: tuple, kwargs: dict) -> bool:
     targets = list(args[1:]) + [kwargs.get("device")]
     for t in targets:
-        if isinstance(t, str) and t.startswith("cpu"):
+        if isinstance(t, str) and t.startswith("cpu") and ":" not in t:
             return True
-        if isinstance(t, torch.device) and t.type == "cpu":
+        if isinstance(t, torch.device) and t.type == "cpu" and t.index is None:  # cpu:0 is CensusDev's device
             return True
     return False
 
@@ -62,6 +68,14 @@ class Dev(torch.Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         return super().__torch_function__(func, types, args, kwargs)
+
+
+class CensusDev(Dev):
+    """A Dev whose ``device`` is ``cpu:0`` (the census's spelling of "the device"; see the module docstring)."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cpu", 0)
 
 
 def dev(t: torch.Tensor) -> Dev:

@@ -1,0 +1,143 @@
+"""ExLlamaV3 mechanism census on CPU (runs inside an exllamav3 arm with the labelled stand-in extension).
+
+Request on stdin: {"task": "census", "model": str (unused: no EXL3 checkpoint runs on CPU), "scenario":
+"decode-step"|"spec-verify-step"|"draft-round", "steps": int, "bsz": int (2), "sampler": "greedy"|"temp" ("temp"),
+"block": int (8: K = 7 drafts), "embed": "host"|"device" ("host", the only placement the loader produces)}; the
+patch's flag comes as environment variables of this process. Response on stdout: {"scenario", "steps", "metrics":
+{metric: value per step, "capturable": true|false|null}, "sites": {metric: [["path:line", count], ...]}, "notes":
+[str], "standin": str}.
+
+What runs: the wheel's own Generator.iterate_gen (decode and verify: sampling, accept, commit, the readback and the
+waits), Generator.iterate_draftmodel_dflash_gen (the drafter round's generator side), Job.receive_logits /
+get_input_ids_list / is_prefill_done and the samplers, driven by the exllamav3 probe tests/engines/exllamav3/probes/
+spec_round.py. What is stood in (and so counts the same in both arms): the generator object and the jobs' pages, the
+target model's forward (logits from a fixed table; an EXL3 forward needs the CUDA kernels), the drafter's forward, the
+CUDA extension (each call of an extension function is counted as one eager launch; its CPU references are numpy, so
+their own work is invisible) and the pinned staging buffers (plain host tensors). Device tensors are
+``_devsim.CensusDev`` (CPU memory answering is_cuda, device cpu:0); the census counts with ``placement="is_cuda"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[4]
+PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
+SCENARIOS = {"decode-step": "decode", "spec-verify-step": "verify", "draft-round": "draft"}
+STANDIN = ("the generator object, jobs and pages, the target and drafter forwards (spec_round.py fakes), the CUDA "
+           "extension (stand-in; one call = one launch) and the pinned staging buffers")
+WARMUP = 1  # the first step of each kind allocates staging buffers; it is left out of the means
+FLAG_PREFIX = "EXL3_OVL_"
+NOT_COUNTED = {"peak-memory": "the caches are allocated at load, outside the steps, and the stand-in drafter has none",
+               "collectives": "no tensor-parallel path runs on CPU",
+               "cache-hits": "no engine cache entry point is wrapped by the census"}
+DRAFTER_STOOD_IN = ("the drafter's forward, which a round's launches and any capture of it consist of, is a stand-in "
+                    "(the real one starts with a host embedding gather and an H2D copy)")
+NOT_COUNTED_IN = {"draft-round": {"eager-launches": DRAFTER_STOOD_IN, "graph-launches": DRAFTER_STOOD_IN,
+                                  "capturable": DRAFTER_STOOD_IN}}
+
+
+class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
+    """os.environ that remembers which EXL3_OVL_* switches the engine read (the patched code reads them per call)."""
+
+    read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        if key.startswith(FLAG_PREFIX):
+            _RecordingEnviron.read.add(key)
+        return super().__getitem__(key)
+
+
+def census(request: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(PROBES))
+    os.environ.setdefault("EXL3_FUSED_SAMPLER", "0")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import _devsim
+    import spec_round
+    from torch_census import Census
+
+    if request.get("options"):
+        raise SystemExit(f"exllamav3 census: CLI options {sorted(request['options'])} are model_init/loader switches; "
+                         f"the CPU census runs no loader (not measured)")
+    scenario = request["scenario"]
+    if scenario not in SCENARIOS:
+        raise SystemExit(f"exllamav3 census: unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
+    steps = int(request.get("steps", 4))
+
+    import exllamav3.ext as ext_mod
+    from exllamav3.generator import generator as gen_mod
+
+    standin = ext_mod.exllamav3_ext
+    _devsim.dev = lambda t: t.as_subclass(_devsim.CensusDev)  # the census's device spelling (cpu:0)
+    spec_round.install_cuda_mocks = lambda: None  # the census stands in for torch.cuda itself
+    c = Census(placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,))
+    original = {name: getattr(gen_mod.Generator, name) for name in ("iterate_gen", "iterate_draftmodel_dflash_gen")}
+
+    def stepped(name: str) -> Any:
+        fn = original[name]
+
+        def run(gen: Any, results: Any, *args: Any, **kwargs: Any) -> Any:
+            drafts = args[0] if args else kwargs.get("draft_tokens")
+            tag = "draft" if name == "iterate_draftmodel_dflash_gen" else ("decode" if drafts is None else "verify")
+            before = standin.calls.copy()
+            with c.step(tag):
+                out = fn(gen, results, *args, **kwargs)
+                for kernel, n in (standin.calls - before).items():
+                    c.count("eager-launches", n, kind=f"exllamav3_ext.{kernel}", site=f"exllamav3_ext.{kernel}")
+            return out
+
+        return run
+
+    payload = {"seed": 11, "bsz": int(request.get("bsz", 2)), "block": int(request.get("block", 8)),
+               "rounds": steps + WARMUP, "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
+               "sampler": request.get("sampler", "temp"), "embed": request.get("embed", "host"), "corrupt": 20}
+    if scenario == "decode-step":
+        payload["rounds"] = 0
+    for name in original:
+        setattr(gen_mod.Generator, name, stepped(name))
+    plain_environ = os.environ.__class__
+    os.environ.__class__ = _RecordingEnviron
+    try:
+        with c:
+            spec_round.case(payload)
+    finally:
+        os.environ.__class__ = plain_environ
+        for name, fn in original.items():
+            setattr(gen_mod.Generator, name, fn)
+    report = c.report(tag=SCENARIOS[scenario], skip=WARMUP)
+    metrics = dict(report["metrics"])
+    not_counted = {**NOT_COUNTED, **NOT_COUNTED_IN.get(scenario, {})}
+    for metric in not_counted:
+        metrics[metric] = None
+    notes = [f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding on the "
+             f"{payload['embed']}; {report['steps']} steps after {WARMUP} warm-up"]
+    flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
+    notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
+    unread = [k for k in flags if k not in _RecordingEnviron.read]
+    if unread:
+        # the patch's switch is set but its code never ran here: whatever the counts say, they are not its effect
+        metrics = {m: None for m in metrics}
+        notes.append(f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
+                     f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)")
+    notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
+    if report["violations"]:
+        notes.append("capture violations: " + "; ".join(report["violations"][:5]))
+    return {"scenario": scenario, "steps": report["steps"], "metrics": metrics, "sites": report["sites"],
+            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"]},
+            "notes": notes, "standin": STANDIN}
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read() or "{}")
+    if request.get("task") != "census":
+        raise SystemExit(f"exllamav3_census: unknown task {request.get('task')!r}; expected 'census'")
+    sys.stdout.write(json.dumps(census(request), sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

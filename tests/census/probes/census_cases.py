@@ -1,0 +1,276 @@
+"""Probe: each construct the torch census counts, run alone in one census step (inside an arm venv with CPU torch).
+
+stdin: {"cases": [name, ...]}; stdout: {name: {"report": census report, "line": the construct's line, "error": str}}.
+Each case function marks the line of its construct with a "# here" comment; the test compares call sites with it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src" / "overlay" / "engines" / "workers"))
+from torch_census import CaptureViolation, Census  # noqa: E402
+
+
+def c_item(c, x):
+    x[0].item()  # here
+
+
+def c_int(c, x):
+    int(x[1])  # here
+
+
+def c_bool(c, x):
+    bool(x[1])  # here
+
+
+def c_if(c, x):
+    if x[1]:  # here
+        pass
+
+
+def c_tolist(c, x):
+    x.tolist()  # here
+
+
+def c_cpu(c, x):
+    x.cpu()  # here
+
+
+def c_to_cpu(c, x):
+    x.to("cpu")  # here
+
+
+def c_to_cpu_async(c, x):
+    x.to("cpu", non_blocking=True)  # here
+
+
+def c_numpy(c, x):
+    x.numpy()  # here
+
+
+def c_nonzero(c, x):
+    torch.nonzero(x)  # here
+
+
+def c_equal(c, x):
+    torch.equal(x, x)  # here
+
+
+def c_masked_select(c, x):
+    m = x > 2
+    torch.masked_select(x, m)  # here
+
+
+def c_unique(c, x):
+    torch.unique(x)  # here
+
+
+def c_bool_mask_index(c, x):
+    m = x > 2
+    x[m]  # here
+
+
+def c_int_index(c, x):
+    idx = torch.arange(2)
+    x[idx]  # here
+
+
+def c_host_item(c, x):
+    with c.host():
+        h = torch.arange(3)
+    h[0].item()  # here
+
+
+def c_synchronize(c, x):
+    torch.cuda.synchronize()  # here
+
+
+def c_event_sync(c, x):
+    ev = torch.cuda.Event()
+    ev.record()
+    ev.synchronize()  # here
+
+
+def c_stream_sync(c, x):
+    torch.cuda.current_stream().synchronize()  # here
+
+
+def c_h2d_pageable(c, x):
+    with c.host():
+        h = torch.ones(6)
+    x.copy_(h, non_blocking=True)  # here
+
+
+def c_h2d_pinned(c, x):
+    h = torch.ones(6, pin_memory=True)
+    x.copy_(h, non_blocking=True)  # here
+
+
+def c_h2d_pin_method(c, x):
+    with c.host():
+        h = torch.ones(6)
+    p = h.pin_memory()
+    x.copy_(p, non_blocking=True)  # here
+
+
+def c_h2d_blocking(c, x):
+    h = torch.ones(6, pin_memory=True)
+    x.copy_(h)  # here
+
+
+def c_tensor_device(c, x):
+    torch.tensor([1, 2, 3], device="cpu:0")  # here
+
+
+def c_tensor_host(c, x):
+    torch.tensor([1, 2, 3])  # here
+
+
+def c_view(c, x):
+    x.view(2, 3)  # here
+
+
+def c_views(c, x):
+    x.view(2, 3).transpose(0, 1)[0]  # here
+
+
+def c_add(c, x):
+    x + 1  # here
+
+
+def c_collective(c, x):
+    import torch.distributed as dist
+
+    try:
+        dist.all_reduce(x)  # here
+    except (RuntimeError, ValueError):
+        pass  # no process group: the call was still made and counted
+
+
+def c_capturable_item(c, x):
+    with c.capturable():
+        x[0].item()  # here
+
+
+def c_capturable_nonzero(c, x):
+    with c.capturable():
+        torch.nonzero(x)  # here
+
+
+def c_capturable_pageable(c, x):
+    with c.host():
+        h = torch.ones(6)
+    with c.capturable():
+        x.copy_(h, non_blocking=True)  # here
+
+
+def c_capturable_elementwise(c, x):
+    with c.capturable():
+        y = x * 2 + 1  # here
+        x.add_(y)
+
+
+def c_capture_graph_api(c, x):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        x.mul_(2)  # here
+
+
+def c_allocation(c, x):
+    y = torch.empty(256, dtype=torch.float32)  # here
+    z = y + 1
+    del y, z
+
+
+def c_cpu_is_device_upload(c, x):
+    with c.host():
+        h = torch.ones(6)
+    h.to("cpu", non_blocking=True)  # here: on the GPU this line reads .to(self.device)
+
+
+c_cpu_is_device_upload.census = {"cpu_is_device": True}
+
+
+def c_cpu_is_device_read(c, x):
+    x.to("cpu")  # here
+
+
+c_cpu_is_device_read.census = {"cpu_is_device": True}
+
+
+def c_resume(c, x):
+    step = c.steps[-1]
+    with c.step():
+        x + 1
+    with c.resume(step):
+        x * 2  # here: counted in the first step again
+
+
+def c_kernel(c, x):
+    with c.kernel("standin.op"):  # here: one launch; the stand-in's own ops and reads are not counted
+        x[0].item()
+        x + 1
+
+
+# Blind spots (the module docstring lists them): each case shows the documented behaviour.
+
+def c_blind_thread(c, x):
+    import threading
+
+    t = threading.Thread(target=lambda: x[0].item())  # here
+    t.start()
+    t.join()
+
+
+from torch.distributed import all_reduce as _all_reduce_by_name  # noqa: E402  (imported before any census)
+
+
+def c_blind_imported_by_name(c, x):
+    try:
+        _all_reduce_by_name(x)  # here
+    except (RuntimeError, ValueError):
+        pass
+
+
+def c_blind_numpy_work(c, x):
+    h = x.numpy()  # here: the one read is counted; the numpy work after it is invisible
+    (h * 2).sum()
+
+
+def c_blind_to_cpu_device(c, x):
+    x.to(x.device)  # here: a CPU tensor's device has no index, so this reads as a D2H host read
+
+
+def c_blind_cpu_factory(c, x):
+    h = torch.zeros(3, device="cpu")  # here: a factory outside a host scope makes device memory
+    h[0].item()
+
+
+CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("c_")}
+
+
+def run(name: str) -> dict:
+    fn = CASES[name]
+    lines, start = inspect.getsourcelines(fn)
+    here = next(start + i for i, text in enumerate(lines) if "# here" in text)
+    x = torch.arange(6.0)
+    error = None
+    with Census(**getattr(fn, "census", {})) as c:
+        with c.step():
+            try:
+                fn(c, x)
+            except CaptureViolation as err:
+                error = str(err)
+    return {"report": c.report(), "line": f"{os.path.relpath(__file__)}:{here}", "error": error}
+
+
+if __name__ == "__main__":
+    names = json.loads(sys.stdin.read() or "{}").get("cases") or list(CASES)
+    sys.stdout.write(json.dumps({name: run(name) for name in names}))

@@ -1,0 +1,47 @@
+"""The SGLang census task (workers/sglang_worker.py task_census, counted in the scheduler process by
+workers/sglang_census_hook.py) on the CPU engine path, stock arm: real engine, tiny random llama."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from overlay.engines import get_adapter
+from overlay.envs import Arm, arms_for
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "engines" / "sglang"))
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stock() -> Arm:
+    return arms_for(REPO, "sglang").stock
+
+
+@pytest.fixture(scope="module")
+def model() -> Path:
+    from sglang_support import tiny_model
+
+    return tiny_model()
+
+
+def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
+    return get_adapter("sglang").run(run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3})
+
+
+def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:
+    doc = census(stock, model, "decode-step", {"SGLANG_OPT_NOT_A_SWITCH": "1"})
+    assert doc["steps"] == 3
+    # a switch the engine never reads: every metric is "not measured", never a silent "unchanged"
+    assert set(doc["metrics"].values()) == {None}
+    assert any("SGLANG_OPT_NOT_A_SWITCH set but never read" in n for n in doc["notes"])
+    counted = doc["detail"]["uncounted"]
+    assert counted["host-syncs"] >= 1 and counted["eager-launches"] > 10
+    assert all(site.startswith("sglang/srt/") for site, _ in doc["sites"]["host-syncs"])
+    assert doc["detail"]["per_step"][0]["host-syncs"] == doc["detail"]["per_step"][-1]["host-syncs"]
