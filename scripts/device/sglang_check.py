@@ -303,11 +303,11 @@ def b_graph_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
         epi = imp("sglang.srt.speculative.eagle_utils").ChainGreedyVerifyEpilogue(n, bs, ctx.device)
 
         def tail() -> Any:
-            epi.compute(logits, input_ids, bs)
-            return epi.predict, epi.accept_index, epi.num_correct_drafts
+            epi.compute(logits, input_ids, bs, n)
+            return epi.buffers(n)[:3]
 
         tail()
-        got = [t.cpu() for t in epi.outputs(bs)]
+        got = [t.cpu() for t in epi.outputs(bs, n)]
         replay = ctx.graph_replay_equal(tail, lambda: logits.normal_())
         if ctx.cuda:  # the step's cost once captured: a graph replay of the tail
             graph = torch.cuda.CUDAGraph()
@@ -503,16 +503,19 @@ def b_lm_head(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     table = []
     with arm_imports(patched, {}) as imp:
         f = imp("sglang.srt.layers.quantization.fp8_lm_head")
+        head = torch.nn.Module()
+        head.weight = torch.nn.Parameter(weight, requires_grad=False)
+        copy = f.prepare_fp8_lm_head(head)  # what ModelRunner.initialize does at load
         for m in ([1, 4] if ctx.dry_run else [1, 4, 8]):
             h = torch.randn(m, hidden, device=ctx.device).to(dtype)
             ref = torch.matmul(h, weight.T)
-            got = f.fp8_lm_head_logits(h, weight)
+            got = f.fp8_lm_head_logits(h, copy, out_dtype=dtype)
             table.append({
                 "m": m,
                 "stock_us": ctx.time_us(lambda: torch.matmul(h, weight.T)),  # noqa: B023
-                "patched_us": ctx.time_us(lambda: f.fp8_lm_head_logits(h, weight)),  # noqa: B023
+                "patched_us": ctx.time_us(lambda: f.fp8_lm_head_logits(h, copy, out_dtype=dtype)),  # noqa: B023
                 "top1_agreement": float((got.argmax(-1) == ref.argmax(-1)).float().mean()),
-                "scaled_mm": bool(f._use_scaled_mm(h, f.fp8_lm_head_weight(weight)[0])),
+                "scaled_mm": bool(f._use_scaled_mm(h, copy.qweight)),
             })
     for entry in table:
         entry["ratio"] = round(entry["stock_us"] / entry["patched_us"], 4)

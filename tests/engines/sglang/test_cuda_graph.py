@@ -30,12 +30,25 @@ def test_chain_tree(units: UnitCases) -> None:
     assert_noop_and_exact(stock, patched)
 
 
+def test_chain_tree_preallocated_verify_mask(units: UnitCases) -> None:
+    """0005 in the engine's draft tail (build_eagle_verify_input): the target backend owns a VerifyMask buffer sized
+    for max_bs (QLEN_ONLY as FA3/FlashMLA/trtllm-MLA allocate it, and FULL_MASK) and the batch is smaller; the
+    closed-form tree must write the same outputs as stock, not fail on the oversized buffer."""
+    stock, patched = units.case("chain_tree_verify_mask")
+    assert all(isinstance(v, list) for v in stock["ref"].values()), stock["ref"]
+    assert_noop_and_exact(stock, patched)
+
+
 def test_graph_greedy_verify_epilogue(units: UnitCases) -> None:
-    """0018: the verify-graph epilogue's computation (argmax + chain verify on padded graph sizes) equals the stock
-    eager tail on the real rows; it is used only for captured graph sizes and for logits without host edits."""
+    """0018 with --speculative-adaptive: every target verify graph of the startup runner (3 steps) and of the
+    adaptive runners (2 and 5 steps: other draft widths) is captured through capture_tail_hooks; per step the current
+    runner is swapped as apply_runtime_state does and replayed, then run_eagle_verify's attach and the real
+    eagle_sample run. Every graph step must use the in-graph results of the runner that replayed and equal the stock
+    eager tail on the same logits (today's patch returned stale or wrong-width results after a swap); an eager
+    verify uses none, and logits with host-side edits never take the graph results."""
     stock, patched = units.case("graph_verify_epilogue")
     assert_noop_and_exact(stock, patched)
-    assert patched["ready"] == [True, False, False]
+    assert patched["graph_used"] == [True] * 7 + [False]
     usable = patched["usable"]
     assert usable.pop("plain") is True
     assert not any(usable.values()), usable

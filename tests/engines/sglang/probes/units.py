@@ -231,62 +231,187 @@ def case_chain_tree() -> dict[str, Any]:
 
 
 @case
-def case_graph_verify_epilogue() -> dict[str, Any]:
-    from sglang.kernels.ops.speculative import spec_tree
+def case_chain_tree_verify_mask() -> dict[str, Any]:
+    """0005 in the engine's draft tail: ``build_eagle_verify_input`` with the target attention backend owning a
+    ``VerifyMask`` allocated for ``max_bs`` (as FA3/FlashMLA/trtllm-MLA do, via ``maybe_create_verify_mask``) and a
+    smaller batch; the PP relay rebuild takes the same ``tree_mask_buf`` branch."""
+    from types import SimpleNamespace
+
+    from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode
+    from sglang.srt.layers.attention.verify_mask import VerifyMask, maybe_create_verify_mask, tree_mask_numel
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import eagle_worker_common as ewc
 
     eu = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
-    n, vocab = 4, 512
-    g = torch.Generator().manual_seed(13)
-    ref, new = [], []
-    epilogue = eu.ChainGreedyVerifyEpilogue(n, 8, "cpu") if hasattr(eu, "ChainGreedyVerifyEpilogue") else None
-    for graph_bs, bs in ((1, 1), (4, 3), (8, 8)):
-        logits = torch.randn(graph_bs * n, vocab, generator=g)
-        input_ids = torch.randint(0, vocab, (graph_bs * n,), generator=g)
-        target = torch.argmax(logits, -1).view(graph_bs, n)
-        for b in range(graph_bs):  # force accepted prefixes of different lengths
-            keep = b % n
-            input_ids.view(graph_bs, n)[b, 1 : keep + 1] = target[b, :keep]
-        # stock eager tail on the first bs rows: argmax + verify_tree_greedy_func
-        cand = input_ids[: bs * n].view(bs, n)
+    steps, max_bs, ctx = 3, 8, 64
+    n = steps + 1
+
+    def masks() -> dict[str, VerifyMask]:
+        qlen = maybe_create_verify_mask(is_draft_runner=False, skip_prefill=False, max_bs=max_bs,
+                                        max_context_len=ctx, num_draft_tokens=n, device="cpu", is_read=False)
+        assert qlen is not None and qlen.mode == TreeMaskMode.QLEN_ONLY
+        full = VerifyMask(buffer=torch.zeros(tree_mask_numel(TreeMaskMode.FULL_MASK, max_bs, n, ctx), dtype=torch.bool),
+                          mode=TreeMaskMode.FULL_MASK, max_bs=max_bs, is_read=True)
+        return {"qlen_only": qlen, "full_mask": full}
+
+    def run(mask: VerifyMask, bs: int, seed: int) -> Any:
+        gen = torch.Generator().manual_seed(seed)
+        seq_lens = torch.randint(1, ctx - n, (bs,), generator=gen)
+        batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, seq_lens=seq_lens, seq_lens_sum=None)
+        backend = SimpleNamespace(verify_mask=mask, max_context_len=ctx)
+        worker = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=backend))
+        draft_input = SimpleNamespace(bonus_tokens=torch.randint(0, 100, (bs,), generator=gen))
+        parent_list = torch.tensor([-1] + list(range(steps - 1))).expand(bs, -1).contiguous()
+        top_scores_index = torch.arange(steps).expand(bs, steps).contiguous()
+        drafts = torch.randint(0, 100, (bs, steps), generator=gen)
+        try:
+            v = ewc.build_eagle_verify_input(
+                batch, draft_input, parent_list, top_scores_index, drafts, None, target_worker=worker, topk=1,
+                num_steps=steps, num_draft_tokens=n, tree_mask_mode=mask.mode, device="cpu",
+            )
+        except Exception as exc:  # noqa: BLE001 - the crash is the finding under test
+            return f"{type(exc).__name__}: {str(exc)[:160]}"
+        return tl([v.custom_mask, v.positions, v.retrieve_index, v.retrieve_next_token, v.retrieve_next_sibling,
+                   v.draft_token])
+
+    out: dict[str, Any] = {"ref": {}, "new": None}
+    shapes = [(1, 30), (3, 31), (max_bs, 32)]  # bs < max_bs (the crash), and the exact fit
+    for name in ("qlen_only", "full_mask"):
+        for bs, seed in shapes:
+            with flags(SGLANG_OPT_CHAIN_TREE="0"):
+                out["ref"][f"{name}/bs{bs}"] = run(masks()[name], bs, seed)
+    if hasattr(eu, "build_chain_tree"):
+        out["new"] = {}
+        for name in ("qlen_only", "full_mask"):
+            for bs, seed in shapes:
+                with flags(SGLANG_OPT_CHAIN_TREE="1"):
+                    out["new"][f"{name}/bs{bs}"] = run(masks()[name], bs, seed)
+    return out
+
+
+class _GreedyInfo:
+    is_all_greedy = True
+    acc_additive_penalties = None
+    acc_scaling_penalties = None
+    logit_bias = None
+    has_custom_logit_processor = False
+    has_watermark_candidates = False
+
+
+# 0018 with --speculative-adaptive: the startup target verify graph runner (3 steps: draft width 4) and the runners
+# build_adaptive_runtime_state captures for other step counts through the same capture_tail_hooks (2 steps: width 3;
+# 5 steps: width 6), each with its own graph batch sizes.
+_VERIFY_RUNNERS = {"steps3": (4, (1, 4, 8)), "steps2": (3, (1, 4)), "steps5": (6, (4,))}
+# (runner that apply_runtime_state made current, or None for an eager verify; graph bs; real bs)
+_VERIFY_STEPS = [("steps3", 1, 1), ("steps3", 4, 3), ("steps2", 4, 3), ("steps5", 4, 2), ("steps2", 1, 1),
+                 ("steps3", 8, 8), ("steps5", 4, 4), (None, 0, 2)]
+
+
+def _verify_step_inputs(n: int, graph_bs: int, seed: int, vocab: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(graph_bs * n, vocab, generator=g)
+    input_ids = torch.randint(0, vocab, (graph_bs * n,), generator=g)
+    target = torch.argmax(logits, -1).view(graph_bs, n)
+    for b in range(graph_bs):  # accepted prefixes of different lengths
+        keep = b % n
+        input_ids.view(graph_bs, n)[b, 1 : keep + 1] = target[b, :keep]
+    return logits, input_ids
+
+
+@case
+def case_graph_verify_epilogue() -> dict[str, Any]:
+    """0018 in the engine's order: the epilogue registered as the worker does, every target verify graph of every
+    adaptive runner captured through ``capture_tail_hooks`` (as ``capture_one_shape`` calls them), then per step:
+    the current runner swapped (``apply_runtime_state``), its graph replayed (the captured hooks run again on the
+    step's padded inputs), ``attach_graph_verify_outputs`` (run_eagle_verify) and the real ``eagle_sample``. Stock
+    runs ``eagle_sample`` eagerly on the same logits."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    eu = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
+
+    def verify_input(input_ids: torch.Tensor, bs: int, n: int) -> Any:
         node = torch.arange(n)
-        predict = torch.zeros(bs * n, dtype=torch.int32)
-        acc = torch.full((bs, n), -1, dtype=torch.int32)
-        num = torch.empty(bs, dtype=torch.int32)
-        spec_tree.verify_tree_greedy_func(
-            predict, acc, num, cand, torch.arange(bs).unsqueeze(1) * n + node,
-            torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous(), torch.full((bs, n), -1),
-            torch.argmax(logits[: bs * n], -1).view(bs, n),
+        return EagleVerifyInput(
+            draft_token=input_ids[: bs * n].clone(), custom_mask=torch.ones(bs * n * n, dtype=torch.bool),
+            positions=torch.zeros(bs * n, dtype=torch.long),
+            retrieve_index=torch.arange(bs).unsqueeze(1) * n + node,
+            retrieve_next_token=torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous(),
+            retrieve_next_sibling=torch.full((bs, n), -1, dtype=torch.long), retrieve_cum_len=None,
+            spec_steps=n - 1, topk=1, draft_token_num=n, capture_hidden_mode=None, seq_lens_sum=None,
+            seq_lens_cpu=None,
         )
-        ref.append(tl([predict, acc, num]))
-        if epilogue is not None:
-            epilogue.compute(logits, input_ids, graph_bs)  # what the captured graph runs (padded size)
-            epilogue.captured_sizes.add(graph_bs)
-            new.append(tl(list(epilogue.outputs(bs))))
-    extra: dict[str, Any] = {}
-    if epilogue is not None:
-        extra["ready"] = [epilogue.ready_for(4, 3), epilogue.ready_for(2, 2), epilogue.ready_for(None, 1)]
 
-        class Info:
-            is_all_greedy = True
-            acc_additive_penalties = None
-            acc_scaling_penalties = None
-            logit_bias = None
-            has_custom_logit_processor = False
-            has_watermark_candidates = False
+    def batch(bs: int) -> Any:
+        return SimpleNamespace(device="cpu", forward_mode=ForwardMode.DECODE, seq_lens=torch.zeros(bs),
+                               sampling_info=_GreedyInfo(), return_logprob=False,
+                               req_pool_indices=torch.arange(bs))
 
-        usable = {"plain": eu.graph_verify_usable(Info(), None, None)}
-        for attr, value in (("is_all_greedy", False), ("acc_additive_penalties", torch.zeros(1)),
-                            ("acc_scaling_penalties", torch.ones(1)), ("logit_bias", torch.zeros(1)),
-                            ("has_custom_logit_processor", True)):
-            info = Info()
-            setattr(info, attr, value)
-            usable[attr] = eu.graph_verify_usable(info, None, None)
-        usable["grammar"] = eu.graph_verify_usable(Info(), object(), None)
-        wm = Info()
-        wm.has_watermark_candidates = True
-        usable["watermark"] = eu.graph_verify_usable(wm, None, object())
-        extra["usable"] = usable
-    return {"ref": ref, "new": new or None, **extra}
+    def sample(logits: torch.Tensor, input_ids: torch.Tensor, bs: int, n: int, out: Any = None) -> Any:
+        out = out or LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
+        # a unit process publishes no server args: eagle_sample reads only these two spec settings
+        saved, eu.get_spec = eu.get_spec, lambda: SimpleNamespace(
+            speculative_use_rejection_sampling=False, speculative_use_block_verification=False)
+        try:
+            predict, accept_lens, accept_index = eu.eagle_sample(verify_input(input_ids, bs, n), batch(bs), out)
+        finally:
+            eu.get_spec = saved
+        return tl([predict, accept_lens, accept_index])
+
+    ref = []
+    for i, (name, graph_bs, bs) in enumerate(_VERIFY_STEPS):
+        n = _VERIFY_RUNNERS[name][0] if name else 4
+        logits, input_ids = _verify_step_inputs(n, max(graph_bs, bs), 100 + i)
+        with flags(SGLANG_OPT_CHAIN_GREEDY_VERIFY="0"):
+            ref.append(sample(logits, input_ids, bs, n))
+    if not hasattr(eu, "ChainGreedyVerifyEpilogue"):
+        return {"ref": ref, "new": None}
+
+    epilogue = eu.ChainGreedyVerifyEpilogue(4, 8, "cpu")  # registered at startup: 3 steps, max_bs 8
+    model_runner = SimpleNamespace(is_draft_worker=False, chain_verify_epilogue=epilogue,
+                                   capture_tail_hooks=[epilogue.capture_hook], decode_cuda_graph_runner=None)
+    class Runner:  # a DecodeCudaGraphRunner as the hooks see it (its model_runner, the bs of its last replay)
+        def __init__(self) -> None:
+            self.model_runner, self.bs = model_runner, None
+
+    runners = {name: Runner() for name in _VERIFY_RUNNERS}
+
+    def run_tail_hooks(runner: Any, logits: torch.Tensor, input_ids: torch.Tensor, graph_bs: int, n: int) -> None:
+        fb = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=graph_bs, input_ids=input_ids)
+        for hook in model_runner.capture_tail_hooks:
+            hook(runner, LogitsProcessorOutput(next_token_logits=logits), fb, graph_bs * n)
+
+    for seed, (name, (n, sizes)) in enumerate(_VERIFY_RUNNERS.items()):  # capture (warmup inputs)
+        for size in sizes:
+            logits, input_ids = _verify_step_inputs(n, size, 900 + 10 * seed + size)
+            run_tail_hooks(runners[name], logits, input_ids, size, n)
+    new, used = [], []
+    for i, (name, graph_bs, bs) in enumerate(_VERIFY_STEPS):
+        n = _VERIFY_RUNNERS[name][0] if name else 4
+        logits, input_ids = _verify_step_inputs(n, max(graph_bs, bs), 100 + i)
+        if name is not None:
+            runner = model_runner.decode_cuda_graph_runner = runners[name]  # apply_runtime_state
+            runner.bs = graph_bs
+            run_tail_hooks(runner, logits, input_ids, graph_bs, n)  # the replay re-runs the captured tail
+        out = LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
+        eu.attach_graph_verify_outputs(model_runner, out, verify_input(input_ids, bs, n), bs, name is not None)
+        used.append(getattr(out, "graph_verify_outputs", None) is not None)
+        new.append(sample(logits, input_ids, bs, n, out))
+    usable = {"plain": eu.graph_verify_usable(_GreedyInfo(), None, None)}
+    for attr, value in (("is_all_greedy", False), ("acc_additive_penalties", torch.zeros(1)),
+                        ("acc_scaling_penalties", torch.ones(1)), ("logit_bias", torch.zeros(1)),
+                        ("has_custom_logit_processor", True)):
+        info = _GreedyInfo()
+        setattr(info, attr, value)
+        usable[attr] = eu.graph_verify_usable(info, None, None)
+    usable["grammar"] = eu.graph_verify_usable(_GreedyInfo(), object(), None)
+    wm = _GreedyInfo()
+    wm.has_watermark_candidates = True
+    usable["watermark"] = eu.graph_verify_usable(wm, None, object())
+    return {"ref": ref, "new": new, "graph_used": used, "usable": usable}
 
 
 # --- sampling-fusion --------------------------------------------------------------------------------------------
@@ -520,50 +645,373 @@ def case_lm_head_quant_predicate() -> dict[str, Any]:
     return {"ref": table, "definitions": defs, "new": True}
 
 
-@case
-def case_fp8_lm_head() -> dict[str, Any]:
+def _logits_processor(**attrs: Any) -> Any:
+    """A real LogitsProcessor (its methods run unmodified) without the server context its __init__ reads: only the
+    attributes _compute_lm_head and the FP8 predicate read are set."""
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    lp = LogitsProcessor.__new__(LogitsProcessor)
+    torch.nn.Module.__init__(lp)
+    for k, v in {"use_fp32_lm_head": False, "use_fp32_lm_head_output": False, "rl_on_policy_target": None,
+                 **attrs}.items():
+        setattr(lp, k, v)
+    return lp
+
+
+def _causal_lm(weight: torch.Tensor, **lp_attrs: Any) -> Any:
+    """The module shape prepare_fp8_lm_heads walks: a CausalLM owning ``lm_head`` and ``logits_processor``."""
+    model = torch.nn.Module()
+    model.lm_head = torch.nn.Module()
+    model.lm_head.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+    model.logits_processor = _logits_processor(**lp_attrs)
+    return model
+
+
+def _tiny_lm_head_weight() -> torch.Tensor:
     from safetensors.torch import load_file
 
-    mod = optional("sglang.srt.layers.quantization.fp8_lm_head", "fp8_lm_head_logits")
     model_dir = os.environ.get("OVERLAY_SGLANG_MODEL_DIR")
-    g = torch.Generator().manual_seed(9)
-    if model_dir:
-        weights = load_file(os.path.join(model_dir, "model.safetensors"))
-        weight = weights.get("lm_head.weight", weights.get("model.embed_tokens.weight")).float()
-    else:
-        weight = torch.randn(512, 64, generator=g) * 0.05
-    hidden = torch.randn(256, weight.shape[1], generator=g)
-    ref = torch.matmul(hidden.to(weight.dtype), weight.T)  # the stock normal lm_head path
-    out: dict[str, Any] = {"ref": {"shape": list(ref.shape), "dtype": str(ref.dtype)}, "new": None}
-    if mod is None:
-        return out
-    from sglang.srt.layers.quantization import fp8_lm_head as f
+    if not model_dir:
+        return torch.randn(512, 64, generator=torch.Generator().manual_seed(9)) * 0.05
+    weights = load_file(os.path.join(model_dir, "model.safetensors"))
+    return weights.get("lm_head.weight", weights.get("model.embed_tokens.weight")).float()
 
-    before = weight.clone()
-    logits = f.fp8_lm_head_logits(hidden, weight)
-    q, s = f.fp8_lm_head_weight(weight)
-    deq = q.float() * s
+
+class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Live and peak bytes of the storages created under the mode (freed when their last tensor dies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.refs: dict[int, int] = {}
+
+    def _drop(self, key: int, nbytes: int) -> None:
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.live -= nbytes
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        import weakref
+
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_flatten((args, kwargs))[0]
+                  if isinstance(a, torch.Tensor)}
+        for t in torch.utils._pytree.tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                st = t.untyped_storage()
+                key, nbytes = st.data_ptr(), st.nbytes()
+                if key in inputs and key not in self.refs:
+                    continue  # a view of, or a write into, a tensor made before the mode
+                if key not in self.refs:
+                    self.refs[key] = 0
+                    self.live += nbytes
+                    self.peak = max(self.peak, self.live)
+                self.refs[key] += 1
+                weakref.finalize(t, self._drop, key, nbytes)
+        return out
+
+
+@case
+def case_fp8_lm_head() -> dict[str, Any]:
+    """0011 through the real LogitsProcessor._compute_lm_head on the tiny llama's lm_head weight: stock (flag off)
+    vs the FP8 copy made by prepare_fp8_lm_heads as ModelRunner.initialize makes it."""
+    weight = _tiny_lm_head_weight()
+    g = torch.Generator().manual_seed(9)
+    hidden = torch.randn(256, weight.shape[1], generator=g)
+    model = _causal_lm(weight)
+    with flags(SGLANG_OPT_FP8_LM_HEAD="0"):
+        ref = model.logits_processor._compute_lm_head(hidden, model.lm_head)
+    out: dict[str, Any] = {"ref": {"shape": list(ref.shape), "dtype": str(ref.dtype)}, "new": None}
+    f = __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"]) if optional(
+        "sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None else None
+    if f is None:
+        return out
+    before = model.lm_head.weight.detach().clone()
+    with flags(SGLANG_OPT_FP8_LM_HEAD="1"):
+        made = f.prepare_fp8_lm_heads(model)
+        logits = model.logits_processor._compute_lm_head(hidden, model.lm_head)
+        # a second CausalLM holding the same tensor (shared MTP head / tied embedding) reuses the copy
+        draft = torch.nn.Module()
+        draft.lm_head = torch.nn.Module()
+        draft.lm_head.weight = model.lm_head.weight
+        draft.logits_processor = _logits_processor()
+        f.prepare_fp8_lm_heads(draft)
+    copy = f.fp8_lm_head_copy(model.lm_head)
+    deq = copy.qweight.float() * copy.scale
     # E4M3 rounds to 3 mantissa bits: at most 16 / 448 of the row's max |w| (half a step at the top binade)
-    per_elem = ((deq - weight).abs() / (s * f.FP8_MAX).clamp_min(1e-30)).max().item()
+    per_elem = ((deq - weight).abs() / (copy.scale * f.FP8_MAX).clamp_min(1e-30)).max().item()
     span = (ref.max(-1).values - ref.min(-1).values).clamp_min(1e-30)
     rel = ((logits.float() - ref).abs().max(-1).values / span).max().item()
-    top1 = (logits.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    # a second module holding the same tensor (shared MTP head / tied embedding) reuses the copy
-    q2, _ = f.fp8_lm_head_weight(weight)
     out["new"] = {
+        "prepared": made,
         "shape": list(logits.shape),
         "dtype": str(logits.dtype),
         "weight_err_rel_row_max": per_elem,
         "logit_err_rel_span": rel,
-        "top1_agreement": top1,
-        "shared_copy": q2 is q,
-        "weight_unchanged": bool(torch.equal(before, weight)),
-        "real_weight": bool(model_dir),
+        "top1_agreement": (logits.argmax(-1) == ref.argmax(-1)).float().mean().item(),
+        "shared_copy": f.fp8_lm_head_copy(draft.lm_head) is copy,
+        "weight_unchanged": bool(torch.equal(before, model.lm_head.weight)),
+        "real_weight": bool(os.environ.get("OVERLAY_SGLANG_MODEL_DIR")),
     }
     return out
 
 
+@case
+def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
+    """0011: when the copy is made and what it costs (live storage bytes under a dispatch mode), the fp32-output
+    contract of _compute_lm_head, and an online weight update through upstream's update_weights_from_tensor."""
+    import ast
+    import inspect
+    import textwrap
+    from types import SimpleNamespace
+
+    f = __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"]) if optional(
+        "sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None else None
+    if f is None or not hasattr(f, "prepare_fp8_lm_heads"):
+        return {"ref": None, "new": None}
+    from sglang.srt.model_executor import model_runner as mr
+    from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
+
+    g = torch.Generator().manual_seed(23)
+    new: dict[str, Any] = {}
+    saved_chunk, f.CHUNK_BYTES = f.CHUNK_BYTES, 1 << 20  # 1 MiB chunks against a 4 MiB head (default 64 MiB)
+    try:
+        return _fp8_lm_head_lifecycle(f, mr, WeightUpdater, g, new, ast, inspect, textwrap, SimpleNamespace)
+    finally:
+        f.CHUNK_BYTES = saved_chunk
+
+
+def _fp8_lm_head_lifecycle(f: Any, mr: Any, WeightUpdater: Any, g: torch.Generator, new: dict[str, Any], ast: Any,
+                           inspect: Any, textwrap: Any, SimpleNamespace: Any) -> dict[str, Any]:
+    # (1) load time: ModelRunner.initialize makes the copies before returning; the KV cache is sized later, by
+    # alloc_memory_pool (never called from initialize)
+    init_src = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(mr.ModelRunner.initialize))))
+    new["initialize_prepares"] = "prepare_fp8_lm_heads(self.model)" in init_src
+    new["initialize_sizes_kv"] = "alloc_memory_pool" in init_src or "init_memory_pool" in init_src
+    # (2) cost: a 4096 x 512 bf16 head (4 MiB), 1 MiB chunks; then the first call must allocate no weight-sized copy
+    weight = (torch.randn(4096, 512, generator=g) * 0.02).to(torch.bfloat16)
+    model = _causal_lm(weight)
+    wbytes = weight.numel() * weight.element_size()
+    with flags(SGLANG_OPT_FP8_LM_HEAD="1"):
+        with _LiveBytes() as load:
+            f.prepare_fp8_lm_heads(model, chunk_bytes=f.CHUNK_BYTES)
+        copy = f.fp8_lm_head_copy(model.lm_head)
+        kept = copy.qweight.numel() + copy.scale.numel() * 4
+        hidden = torch.randn(4, 512, generator=g).to(torch.bfloat16)
+        with _LiveBytes() as first_call:
+            logits = model.logits_processor._compute_lm_head(hidden, model.lm_head)
+    new["load_peak_over_weight"] = load.peak / wbytes
+    new["load_transient_over_weight"] = (load.peak - kept) / wbytes
+    new["kept_over_weight"] = kept / wbytes
+    new["first_call_peak_over_weight"] = first_call.peak / wbytes
+    new["first_call_dtype"] = str(logits.dtype)
+    # (3) fp32 lm_head output (models with enable_lm_head_output_fp32): on CUDA the stock branch returns fp32
+    # logits written into the caller's logits buffer (torch.mm(out_dtype=float32, out=out)). A CUDA-shaped call:
+    # hidden reports is_cuda, so _compute_lm_head takes that contract; the GEMM runs its reference math here.
+
+    class CudaShaped(torch.Tensor):
+        @property
+        def is_cuda(self) -> bool:  # type: ignore[override]
+            return True
+
+    m32 = _causal_lm(weight, use_fp32_lm_head_output=True)
+    buf = torch.empty(4, 4096, dtype=torch.float32)
+    saved = f._use_scaled_mm
+    f._use_scaled_mm = lambda x, q: False
+    try:
+        with flags(SGLANG_OPT_FP8_LM_HEAD="1"):
+            f.prepare_fp8_lm_heads(m32)
+            got = m32.logits_processor._compute_lm_head(hidden.as_subclass(CudaShaped), m32.lm_head, out=buf)
+    finally:
+        f._use_scaled_mm = saved
+    exact = hidden.double() @ m32.lm_head.weight.double().T
+    new["fp32_output"] = {
+        "dtype": str(got.dtype),
+        "into_out_buffer": got.data_ptr() == buf.data_ptr(),
+        "max_err_rel": float(((got.double() - exact).abs().max() / exact.abs().max())),
+    }
+    # (4) online update through upstream's update_weights_from_tensor (load_format="direct": the default weight
+    # loader, param.data.copy_, which does not bump the tensor version), on the weight updater of a CPU runner
+    upd = _causal_lm(weight)
+    with flags(SGLANG_OPT_FP8_LM_HEAD="1"):
+        f.prepare_fp8_lm_heads(upd)
+        held = f.fp8_lm_head_copy(upd.lm_head)
+        held_ptr = held.qweight.data_ptr()  # what a captured graph reads
+        fresh_weight = (torch.randn(4096, 512, generator=g) * 0.02).to(torch.bfloat16)
+        runner = SimpleNamespace(get_model=lambda: upd, device="cpu", custom_weight_loaders={},
+                                 _assert_weight_cache_inactive=lambda op: None)
+        from sglang.srt.runtime_context import get_parallel
+
+        with get_parallel().override(tp_rank=0):  # a single-rank process (no groups built here)
+            ok, msg = WeightUpdater.update_weights_from_tensor(runner, [("lm_head.weight", fresh_weight)],
+                                                               load_format="direct")
+        after = model.logits_processor._compute_lm_head(hidden, upd.lm_head)
+        reference = _causal_lm(fresh_weight)
+        f.prepare_fp8_lm_heads(reference)
+        expected = reference.logits_processor._compute_lm_head(hidden, reference.lm_head)
+    now = f.fp8_lm_head_copy(upd.lm_head)
+    new["update"] = {
+        "ok": bool(ok), "message": msg,
+        "weight_updated": bool(torch.equal(upd.lm_head.weight, fresh_weight)),
+        "same_storage": now is held and now.qweight.data_ptr() == held_ptr,
+        "storage_current": bool(torch.equal(held.qweight.view(torch.uint8),
+                                            f.fp8_lm_head_copy(reference.lm_head).qweight.view(torch.uint8))),
+        "eager_logits_current": bool(torch.equal(after, expected)),
+    }
+    return {"ref": None, "new": new}
+
+
 # --- kernel-injection ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _deep_gemm_layout_helpers() -> Iterator[None]:
+    """DeepGEMM's two host-side layout helpers (``deep_gemm.utils.align``/``get_tma_aligned_size``, 16-byte TMA
+    alignment) and its packed-UE8M0 layout function, served from upstream's own torch copy of it
+    (``fp8_utils._get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl``, "Copied from DeepGEMM tests"), so that
+    upstream's ``requant_weight_ue8m0`` runs unmodified on a machine without deep_gemm. Removed on exit."""
+    import types
+
+    from sglang.srt.layers.quantization import fp8_utils
+
+    assert "deep_gemm" not in sys.modules, "a real deep_gemm is importable here; the stand-in would shadow it"
+    root, utils, layout = (types.ModuleType(n) for n in ("deep_gemm", "deep_gemm.utils", "deep_gemm.utils.layout"))
+    utils.align = lambda x, y: (x + y - 1) // y * y  # type: ignore[attr-defined]
+    utils.get_tma_aligned_size = lambda x, element_size: utils.align(x, 16 // element_size)  # type: ignore[attr-defined]
+    layout.get_mn_major_tma_aligned_packed_ue8m0_tensor = (  # type: ignore[attr-defined]
+        fp8_utils._get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl
+    )
+    root.utils, utils.layout = utils, layout  # type: ignore[attr-defined]
+    sys.modules.update({"deep_gemm": root, "deep_gemm.utils": utils, "deep_gemm.utils.layout": layout})
+    try:
+        yield
+    finally:
+        for name in ("deep_gemm", "deep_gemm.utils", "deep_gemm.utils.layout"):
+            sys.modules.pop(name, None)
+
+
+@case
+def case_splitk_ue8m0_scales() -> dict[str, Any]:
+    """0012 with the scales the linear really receives on SM100 + DeepGEMM from a checkpoint whose scales are not
+    UE8M0: ``process_weights_after_loading`` requants them with upstream ``requant_weight_ue8m0`` into packed int32
+    (N, K/512), and ``dispatch_w8a8_block_fp8_linear(act_scale_ue8m0=False)`` builds the linear that gets them. The
+    stock linear (DeepGEMM with its Triton fallback, which unpacks the int32 layout) is stood in by upstream's own
+    unpack ``_unpack_ue8m0_scale_for_triton`` + the exact float64 block GEMM; the patched linear is the real router
+    of the dispatcher, wrapped around that default."""
+    from sglang.srt.layers.quantization import fp8_utils
+
+    g = torch.Generator().manual_seed(22)
+    m, n, k = 3, 256, 640
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = torch.randn(n, k, generator=g) * 0.05
+    ws = torch.rand(n // 128, k // 128, generator=g) * 0.01 + 0.001
+    wq = (w / ws.repeat_interleave(128, 0).repeat_interleave(128, 1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    with _deep_gemm_layout_helpers():
+        rq_w, rq_s = fp8_utils.requant_weight_ue8m0(wq, ws, [128, 128])
+    unpacked = fp8_utils._unpack_ue8m0_scale_for_triton(rq_s, tuple(rq_w.shape), [128, 128])
+    calls: list[str] = []
+
+    def exact(inp: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        xf = inp.float().view(inp.shape[0], -1, 128)
+        s_x = xf.abs().amax(-1).clamp_min(1e-10) / 448.0
+        q_x = (xf * (1.0 / s_x).unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+        deq_x = (q_x.double() * s_x.double().unsqueeze(-1)).view(inp.shape[0], -1)
+        deq_w = weight.double() * scale.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+        return deq_x @ deq_w.T
+
+    def default(inp: Any, weight: Any, block_size: Any, scale: Any, input_scale: Any = None, bias: Any = None,
+                **kw: Any) -> torch.Tensor:
+        calls.append(str(scale.dtype))
+        if scale.dtype == torch.int32:  # the stock DeepGEMM fallback's unpack
+            scale = fp8_utils._unpack_ue8m0_scale_for_triton(scale, tuple(weight.shape), block_size)
+        return exact(inp, weight, scale).to(inp.dtype)
+
+    reference = exact(x, rq_w, unpacked)
+    ref = {"scale_dtype": str(rq_s.dtype), "scale_shape": list(rq_s.shape),
+           "out": tl(default(x, rq_w, [128, 128], rq_s).float())}
+    calls.clear()
+    if optional("sglang.kernels.ops.gemm.splitk_fp8", "small_m_splitk_router") is None:
+        return {"ref": ref, "new": None}
+    from sglang.srt.layers.quantization import fp8_utils as fu
+
+    saved = fu._dispatch_auto_backend
+    fu._dispatch_auto_backend = lambda **kw: default  # the backend the dispatcher would pick (DeepGEMM on SM100)
+    try:
+        with flags(SGLANG_OPT_SPLITK_FP8_GEMM="1"):
+            linear = fu.dispatch_w8a8_block_fp8_linear([128, 128], act_scale_ue8m0=False)
+    finally:
+        fu._dispatch_auto_backend = saved
+    ulp = (reference.abs() * 2.0**-8).clamp_min(1e-6)
+    new: dict[str, Any] = {"routed": linear is not default}
+    for name, scale in (("int32_packed", rq_s), ("fp32_unpacked", unpacked),
+                        ("fp32_wrong_shape", unpacked.repeat_interleave(128, 0))):
+        calls.clear()
+        try:
+            out = linear(x, rq_w, [128, 128], scale, None, None)
+            err = float(((out.double() - reference).abs() / ulp).max())
+            new[name] = {"default_calls": list(calls), "max_err_in_bf16_ulps": err,
+                         "out": tl(out.float()) if name == "int32_packed" else None}
+        except Exception as exc:  # noqa: BLE001 - a wrong-layout read is the finding under test
+            new[name] = {"default_calls": list(calls), "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    return {"ref": ref, "new": new}
+
+
+def _exact_splitk_inputs(m: int, n: int, k: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """Inputs whose per-token-group activation quantization is exact (E4M3 grid values times a power-of-two scale,
+    one element per group at 448 * s), so the interpreter's fp32 -> E4M3 rounding bug cannot show."""
+    groups = (k + 127) // 128
+    q = (torch.randn(m, k, generator=g) * 60).clamp(-448, 448).to(torch.float8_e4m3fn).float()
+    q[:, ::128] = 448.0
+    s = 2.0 ** torch.randint(-12, -2, (m, groups), generator=g).float()
+    x = (q * s.repeat_interleave(128, 1)[:, :k]).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+    ws = torch.rand((n + 127) // 128, groups, generator=g) * 0.01 + 0.001
+    deq_w = w.double() * ws.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    return x, w, ws, x.double() @ deq_w.T
+
+
+@case
+def case_splitk_triton_interp() -> dict[str, Any]:
+    """0012's Triton kernel itself, through the interpreter (TRITON_INTERPRET=1), vs its torch reference and float64.
+    The Triton 3.7 interpreter gets bf16 ``tl.dot`` wrong, so the kernel also runs from an exact-dot copy of its
+    source: the two ``.to(tl.bfloat16)`` casts of E4M3 operands become ``.to(tl.float32)`` (every E4M3 value is
+    exact in both types, so the copy computes the same products)."""
+    import importlib.util
+    import inspect
+    import tempfile
+
+    sk = optional("sglang.kernels.ops.gemm.splitk_fp8", "splitk_w8a8_block_fp8_linear")
+    if sk is None:
+        return {"ref": None, "new": None}
+    from sglang.kernels.ops.gemm import splitk_fp8
+
+    source = inspect.getsource(splitk_fp8)
+    shimmed = source.replace(".to(tl.bfloat16)", ".to(tl.float32)")
+    casts = source.count(".to(tl.bfloat16)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "splitk_fp8_exact_dot.py")
+        with open(path, "w") as fh:
+            fh.write(shimmed)
+        spec = importlib.util.spec_from_file_location("splitk_fp8_exact_dot", path)
+        assert spec is not None and spec.loader is not None
+        exact_dot = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(exact_dot)
+        g = torch.Generator().manual_seed(24)
+        cases = []
+        for m, n, k in ((1, 256, 640), (3, 256, 640), (16, 128, 512), (1, 200, 600), (5, 130, 300)):
+            x, w, ws, exact = _exact_splitk_inputs(m, n, k, g)
+            ulp = (exact.abs() * 2.0**-8).clamp_min(1e-12)
+            for splits in (1, 2, 5):
+                got = exact_dot.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=splits)
+                ref = splitk_fp8.splitk_w8a8_block_fp8_linear_torch(x, w, [128, 128], ws, split_k=splits)
+                cases.append({"m": m, "n": n, "k": k, "splits": splits, "equal_torch_ref": bool(torch.equal(got, ref)),
+                              "max_err_in_bf16_ulps": float(((got.double() - exact).abs() / ulp).max())})
+        x, w, ws, exact = _exact_splitk_inputs(3, 256, 640, g)
+        as_shipped = splitk_fp8.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=2)
+        shipped_err = float(((as_shipped.double() - exact).abs() / (exact.abs() * 2.0**-8).clamp_min(1e-12)).max())
+    return {"ref": None, "new": {"bf16_casts_replaced": casts, "cases": cases,
+                                 "as_shipped_interpreter_err_in_bf16_ulps": shipped_err}}
 
 
 @case
@@ -705,21 +1153,27 @@ def case_cpu_sampling_verify() -> dict[str, Any]:
     fn = getattr(eu, "tree_speculative_sampling_target_only_torch", None)
     g = torch.Generator().manual_seed(12)
     vocab, n = 16, 4
-    # stock pytorch sampler masks (top-k / top-p) for the renorm comparison
-    probs = torch.softmax(torch.randn(6, vocab, generator=g), -1)
-    top_ks = torch.tensor([1, 3, 5, 16, 2, 8], dtype=torch.int32)
-    top_ps = torch.tensor([1.0, 0.9, 0.5, 0.3, 1.0, 0.8])
-    ref_mask_k = []
-    ref_mask_p = []
-    sorted_p, idx = probs.sort(-1, descending=True)
-    for r in range(6):
-        mk = torch.zeros(vocab, dtype=torch.bool)
-        mk[idx[r, : int(top_ks[r])]] = True
-        ref_mask_k.append(tl(mk))
-        before = torch.cumsum(sorted_p[r], 0) - sorted_p[r]
-        mp = torch.zeros(vocab, dtype=torch.bool)
-        mp[idx[r][before <= top_ps[r]]] = True  # the stock pytorch sampler keeps these (probs_sum - p <= top_p)
-        ref_mask_p.append(tl(mp))
+    # the renorm comparison: masks of the stock pytorch sampler (top_k_top_p_min_p_sampling_from_probs_torch,
+    # called for real with return_filtered_probs) on random rows plus dyadic rows whose cumulative mass hits
+    # top_p exactly (0.5, 0.75, 0.875 are sums of leading probabilities), where `<` and `<=` differ
+    from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch as stock_sampler
+
+    dyadic = torch.tensor([2.0**-i for i in range(1, vocab)] + [2.0 ** -(vocab - 1)])
+    boundary = torch.stack([dyadic[torch.randperm(vocab, generator=g)] for _ in range(3)])
+    probs = torch.cat([torch.softmax(torch.randn(6, vocab, generator=g), -1), boundary])
+    top_ks = torch.tensor([1, 3, 5, 16, 2, 8, 2, 3, 4], dtype=torch.int32)
+    top_ps = torch.tensor([1.0, 0.9, 0.5, 0.3, 1.0, 0.8, 0.5, 0.75, 0.875])
+    rows = probs.shape[0]
+
+    def stock_mask(ks: torch.Tensor, ps: torch.Tensor) -> list[Any]:
+        _, kept, order, _ = stock_sampler(
+            probs.clone(), ks, ps, torch.zeros(rows), False, None, torch.zeros(rows, dtype=torch.long),
+            return_filtered_probs=True,
+        )
+        return tl(torch.zeros_like(probs, dtype=torch.bool).scatter(1, order.long(), kept > 0))
+
+    ref_mask_k = stock_mask(top_ks, torch.ones(rows))
+    ref_mask_p = stock_mask(torch.full((rows,), vocab, dtype=torch.int32), top_ps)
     ref = {"mask_k": ref_mask_k, "mask_p": ref_mask_p}
     if fn is None:
         return {"ref": ref, "new": None}
