@@ -30,6 +30,8 @@ def test_force_draft_window(arms):
     assert forced["modules"] == ["SlidingAttention"] * 3
     # the checkpoint's sliding layer keeps its window; forced full layers get bidirectional (block) windows
     assert forced["windows"] == [[255, 0], [511, 511], [511, 511]]
+    # one SWAState drives every ring of a sequence: the sliding layer's ring takes the forced layers' size
+    assert forced["kv_state_size"] == [1024] * 3 and stock["kv_state_size"] == [768, None, None]
     assert forced["paged_bytes"] == 0 and forced["num_layers"] == 0
     assert forced["caps"]["recurrent_states"] is True
     # ring per slot: kv_state_size rows x K,V x 2 heads x 64 x fp16
@@ -37,6 +39,54 @@ def test_force_draft_window(arms):
 
     assert causal["modules"] == ["SlidingAttention"] * 3
     assert "swa_full" in refused["error"] and "draft_window" in refused["error"]
+
+
+MIXED_RING_CASES = [
+    # the checkpoint's 256-token sliding layer next to a layer forced to 1024 (W above the checkpoint window)
+    {"seed": 1, "layer_types": ["sliding_attention", "full_attention"], "draft_window": 1024, "steps": 150,
+     "ring": True},
+    # forced layer first, linear (stock shift-copy) buffers, two sequences, prefill chunks larger than any ring
+    {"seed": 3, "layer_types": ["full_attention", "sliding_attention"], "draft_window": 700, "steps": 120,
+     "bsz": 2, "big": [1500, 2100]},
+    # W below the checkpoint window (1024): chunks larger than the forced layer's own ring (768 rows)
+    {"seed": 2, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "window": 1024,
+     "draft_window": 256, "steps": 120, "ring": True, "big": [1500, 2100], "bsz": 2},
+]
+
+
+def test_mixed_window_rings_match_unbounded(arms):
+    """0001 with the checkpoint's own sliding layers: one SWAState drives every ring, so every ring has one size;
+    every layer's every output equals attention over its own window of an unbounded history, through prefill
+    write-backs (chunks larger than a ring), block forwards, verified write-backs, rewinds and checkpoints."""
+    control = {"seed": 4, "layer_types": ["sliding_attention"] * 2, "steps": 60}
+    (stock,) = run_cases(arms.stock, "mixed_ring.py", [control])
+    off, *mixed = run_cases(arms.patched, "mixed_ring.py", [control, *MIXED_RING_CASES])
+    # off (no draft_window): the stock drafter, output for output
+    assert off == stock and stock["errors"] == [] and stock["mismatches"] == [0, 0]
+    for payload, doc in zip(MIXED_RING_CASES, mixed):
+        assert doc["errors"] == [], payload
+        assert doc["mismatches"] == [0] * len(payload["layer_types"]), payload
+        assert min(doc["checked"]) > 600 and doc["ring"] is payload.get("ring", False)
+        # each layer keeps its own window (checkpoint sliding layers theirs, forced layers W), one ring size
+        assert len(set(doc["kv_state_size"])) == 1
+        assert sorted({w for w, _ in doc["windows"]}) == sorted({payload.get("window", 256) - 1,
+                                                                  payload["draft_window"] - 1})
+        # several wraps of the ring, every operation exercised
+        assert min(doc["final_positions"]) > 3 * doc["kv_state_size"][0]
+        assert all(n > 0 for op, n in doc["counts"].items() if op != "big_prefill" or payload.get("big"))
+
+
+def test_shared_kv_ring_source_after_shifts(arms):
+    """0003: a query-only drafter layer (SharedKVAttention) reading the target's window ring in its own, later
+    forward reads the target's last window + 1 keys at every step, across every window shift."""
+    payload = {"seed": 0, "steps": 900, "bsz": 2, "max_step": 3}
+    stock = arms.stock.run_json(probe("shared_kv_ring.py"), payload)
+    off = arms.patched.run_json(probe("shared_kv_ring.py"), payload)
+    ring = arms.patched.run_json(probe("shared_kv_ring.py"), {**payload, "ring": True})
+    assert off == stock and stock["ring"] is False and ring["ring"] is True
+    assert stock["shifts"] >= 8 and ring["shifts"] == stock["shifts"]
+    assert stock["mismatches"] == 0 and ring["mismatches"] == 0, ring["examples"]
+    assert ring["checked"] == stock["checked"] == 2 * payload["steps"]
 
 
 def test_draft_cache_size_decoupled(arms):
@@ -97,6 +147,10 @@ def test_swa_tables_shared_per_forward(arms):
     # the flag off (no ring): the stock per-layer path, whatever the caller passes
     linear = arms.patched.run_json(probe("swa_tables.py"), {**payload, "share": True})
     assert strip(linear) == strip(stock) and linear["uploads"] == stock["uploads"]
+    # a caller that reuses one params dict across forwards gets each forward's own tables, never the last one's
+    reused = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "reuse": True})
+    assert strip(reused) == strip(stock) and all(s["same_across_layers"] for s in reused["steps"])
+    assert reused["uploads"] == shared["uploads"]
 
 
 def test_draft_cache_quant_arg(arms):
@@ -142,7 +196,7 @@ def test_dflash_prefill_crop(arms):
         # same window contents (every layer), positions and window starts after every chunk
         assert doc["after"] == stock["after"]
         assert doc["projected"]["fc_rows"] < stock["projected"]["fc_rows"] // 2
-    assert mixed_cropped["after"] == mixed_full["after"] and mixed_cropped["kv_state_size"] == [768, 1536]
+    assert mixed_cropped["after"] == mixed_full["after"] and mixed_cropped["kv_state_size"] == [1536, 1536]
     assert mixed_cropped["projected"]["fc_rows"] < mixed_full["projected"]["fc_rows"]
 
 
@@ -161,6 +215,20 @@ def test_swa_ring_q8(arms):
     err8 = arms.patched.run_json(probe("swa_ring.py"), {**gauss, "quant": [8, 8]})["max_abs_vs_oracle"]
     err4 = arms.patched.run_json(probe("swa_ring.py"), {**gauss, "quant": [4, 4]})["max_abs_vs_oracle"]
     assert 0 < err8 < 0.05 < err4 < 1.0
+
+    # the extension's own format (upstream's Triton decoder _qc_load_v on Triton's CPU interpreter, an encoder
+    # checked against it): the ring reads back exactly what a quantized cache holds, over three wraps, and its
+    # outputs stay within the format's error of the fp16 history
+    real = {"seed": 4, "window": 256, "steps": 100, "ring": True, "codec": "real", "head_dim": 32}
+    r8 = arms.patched.run_json(probe("swa_ring.py"), {**real, "quant": [8, 8]})
+    r4 = arms.patched.run_json(probe("swa_ring.py"), {**real, "quant": [4, 4], "steps": 30})
+    for doc in (r8, r4):
+        assert doc["codec_check"]["max_half_steps"] < 1.25  # encoder == the format upstream decodes
+        assert doc["codec_check"]["authors_codec_rel_l2"] > 0.5  # the authors' codec is not that format
+        assert doc["quant_oracle_mismatches"] == 0 and doc["state"] == "SWALayerState_quant"
+    assert r8["final_positions"][0] > 3 * r8["kv_state_size"]
+    assert r8["codec_check"]["rel_l2"] < 0.01 < r4["codec_check"]["rel_l2"] < 0.1
+    assert 0 < r8["max_abs_vs_oracle"] < 0.05 < r4["max_abs_vs_oracle"] < 1.0
 
     # model_init: --draft_cache_quant reaches the drafter's rings when the ring mode is on
     argv = ["-dw", "512", "-dcq", "8"]

@@ -138,7 +138,11 @@ def test_fused_tier_bound(arms):
     # the C++ sources shipped in each wheel agree with its Python side
     c_stock, c = stock["constants"], off["constants"]
     assert c_stock["cpp_max_bszn"] == c_stock["py_max_bszn"] == 8
-    assert c["cpp_max_bszn"] >= max(c["py_caps"]) == 16 and c["py_max_bszn"] == 8
+    # the compiled capacity stays stock's (8 graph slots per MLP) unless the extension is built with the flag
+    assert c["cpp_max_bszn"] == 8 and c["build_defines"] == [] and c_stock["build_defines"] == []
+    c_on = on["constants"]
+    assert c_on["cpp_max_bszn"] >= max(c_on["py_caps"]) == 16 and c["py_max_bszn"] == 8
+    assert c_on["build_defines"] == ["-DEXL3_OVL_MAX_BSZN=16"]
     assert c["cpp_max_slots"] == c["py_max_slots"] == 256 and c["split_ref_tokens"] == 8
     assert "EXL3_OVL_BSZN" in bad["error"] and "12" in bad["error"]
 
@@ -209,3 +213,16 @@ def test_mtp_index_share(arms):
     assert all("dsa_mtp_share" in keys for keys in on["keys"])
     sel = on["selection"]
     assert sel["available"] and sel["trials"] == 160 and sel["failures"] == [] and sel["depth0_identity"]
+
+
+def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms):
+    """0019: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
+    depth) and its selection reaches the later depths, which take the dispatch path; without the share dict every
+    depth is graphed, as in stock."""
+    (stock,) = run_cases(arms.stock, "mla_bc_depth.py", [{"share": True}])
+    off, on = run_cases(arms.patched, "mla_bc_depth.py", [{"share": False}, {"share": True}])
+    assert [c["path"] for c in stock["calls"]] == ["graph"] * 3 and off == stock
+    assert [c["path"] for c in on["calls"]] == ["graph", "dispatch", "dispatch"]
+    # the graphed depth-0 selection (a static the next layer overwrites) is copied into the share dict
+    assert on["share"] == {"3": [[0, 1, 2], [1000]]}
+    assert [c.get("anchor") for c in on["calls"][1:]] == [[[0, 1, 2], [1000]]] * 2

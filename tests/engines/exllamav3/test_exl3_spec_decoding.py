@@ -25,6 +25,18 @@ def test_dflash_mask_rows_cached(arms, payload):
     assert on["embedded_rows"] == bsz * rounds + (block - 1)
 
 
+def test_dflash_mask_rows_follow_the_embedding(arms):
+    """0006's mask-row cache after the target's embedding module is freed and a new one (another table) takes its
+    address: the block input is embedded from the new table, as stock does, not served from the freed one's."""
+    payload = {"seed": 0, "rounds": 10, "swap": True}
+    (stock,) = run_cases(arms.stock, "dflash_input.py", [payload])
+    (on,) = run_cases(arms.patched, "dflash_input.py", [{**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}}])
+    assert stock["id_reused"] is True and on["id_reused"] is True  # the hazard really happened
+    assert on["digests"] == stock["digests"]
+    block = stock["shape"][1]
+    assert on["embedded_rows"] == payload["rounds"] + 2 * (block - 1)  # mask rows embedded once per table
+
+
 def test_mtp_dir_reattaches_head(arms):
     embedded_case = {"argv": ["-mtp"], "embedded": True}
     dropped_case = {"argv": ["-mtp"]}
@@ -51,6 +63,24 @@ def test_mtp_dir_reattaches_head(arms):
     assert attached["where"]["model.embed_tokens.weight"] == {"has": True, "dir": "model"}
     assert "needs --mtp" in no_mtp["error"]
     assert "no MTP component" in no_layers["error"]
+
+
+def test_mtp_dir_takes_only_mtp_tensors(arms):
+    """--mtp_dir pointing at a whole checkpoint (the original model): the head's tensors come from there, every
+    trunk tensor from the model directory (never the other checkpoint's embeddings, head or norms), and the trunk
+    names found there are listed as refused."""
+    (embedded,) = run_cases(arms.stock, "mtp_dir.py", [{"argv": ["-mtp"], "embedded": True}])
+    (whole,) = run_cases(arms.patched, "mtp_dir.py", [{"argv": ["-mtp", "-mtpd", "{mtp}"], "whole": True}])
+    assert whole["draft"] == embedded["draft"] == "Glm4MoeLiteMTPModel"
+    where = whole["where"]
+    assert where["model.layers.2.eh_proj.weight"] == {"has": True, "dir": "mtp"}
+    assert where["model.embed_tokens.weight"] == {"has": True, "dir": "model"}
+    assert where["lm_head.weight"] == {"has": True, "dir": "model"}
+    # trunk names the model does not have are not served from the other checkpoint either
+    assert where["model.layers.0.mlp.gate_proj.weight"]["has"] is False
+    assert where["model.norm.weight"]["has"] is False
+    assert whole["refused"] == sorted(["lm_head.weight", "model.embed_tokens.weight",
+                                       "model.layers.0.mlp.gate_proj.weight", "model.norm.weight"])
 
 
 def test_parallel_draft_load(arms):

@@ -18,15 +18,37 @@ import torch
 from _common import run_cases
 
 
-def _define(text: str, name: str) -> int | None:
-    m = re.search(r"#define\s+" + name + r"\s+(\d+)", text)
-    return int(m.group(1)) if m else None
+def _define(text: str, name: str, defines: list[str] | None = None) -> int | None:
+    """The integer a macro of a header expands to, under the build's -D defines: a small preprocessor for the
+    #ifdef / #ifndef / #else / #endif / #define NAME VALUE lines (VALUE a number or another macro)"""
+    macros: dict[str, str] = {}
+    for d in defines or []:
+        key, _, value = d[2:].partition("=")
+        macros[key] = value or "1"
+    active = [True]
+    for line in text.splitlines():
+        words = line.split()
+        if not words or not words[0].startswith("#"):
+            continue
+        if words[0] in ("#ifdef", "#ifndef"):
+            active.append(active[-1] and ((words[1] in macros) == (words[0] == "#ifdef")))
+        elif words[0] == "#else":
+            active[-1] = not active[-1] and active[-2]
+        elif words[0] == "#endif":
+            active.pop()
+        elif words[0] == "#define" and active[-1] and len(words) >= 3:
+            macros[words[1]] = words[2]
+    value = macros.get(name)
+    while value is not None and not value.isdigit():
+        value = macros.get(value)
+    return int(value) if value is not None else None
 
 
 def case(payload: dict) -> dict:
     import exllamav3
     import exllamav3.ext as ext_mod
     from exllamav3.modules import block_sparse_mlp, mlp
+    from exllamav3.util import cuda_flags
 
     standin = ext_mod.exllamav3_ext
     recorded: dict = {}
@@ -85,7 +107,9 @@ def case(payload: dict) -> dict:
     kernel = (src / "quant" / "exl3_moe_coop_kernel.cuh").read_text()
     slots = re.search(r"constexpr int MAX_SLOTS = (\d+);", kernel)
     out["constants"] = {
-        "cpp_max_bszn": _define(mlp_h, "MAX_BSZN"),
+        # as the extension build compiles it: ext.py adds util/cuda_flags.py ovl_build_defines() (patched)
+        "cpp_max_bszn": _define(mlp_h, "MAX_BSZN", getattr(cuda_flags, "ovl_build_defines", list)()),
+        "build_defines": getattr(cuda_flags, "ovl_build_defines", list)(),
         "py_max_bszn": mlp.MAX_BSZN,
         "py_moe_max_bszn": block_sparse_mlp.MAX_BSZN,
         "py_caps": list(getattr(mlp, "FUSED_ROWS_CAPS", [mlp.MAX_BSZN])),

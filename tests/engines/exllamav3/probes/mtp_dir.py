@@ -3,8 +3,9 @@ separate directory (as when a converter dropped the head). Model.load/warmup are
 
 Reports where each MTP/trunk tensor key resolves (model dir or MTP dir) and what init() refused.
 
-payload: {"argv": [...], "mtp_layers": int, "embedded": bool}; "embedded" puts the MTP tensors in the model
-directory itself (the unconverted layout, for the stock reference). Or {"cases": [payload, ...]}.
+payload: {"argv": [...], "mtp_layers": int, "embedded": bool, "whole": bool}; "embedded" puts the MTP tensors in
+the model directory itself (the unconverted layout, for the stock reference); "whole" makes the MTP directory a
+whole checkpoint (trunk tensors next to the head's, as the original model is). Or {"cases": [payload, ...]}.
 """
 
 from __future__ import annotations
@@ -48,8 +49,14 @@ def case(payload: dict) -> dict:
         from safetensors.torch import save_file
 
         mtp.mkdir()
-        save_file({"model.layers.2.eh_proj.weight": torch.ones(128, 256).half(),
-                   "model.layers.2.enorm.weight": torch.ones(128).half()}, str(mtp / "mtp.safetensors"))
+        head = {"model.layers.2.eh_proj.weight": torch.ones(128, 256).half(),
+                "model.layers.2.enorm.weight": torch.ones(128).half()}
+        if payload.get("whole"):
+            head.update({"model.embed_tokens.weight": torch.ones(512, 128).half(),
+                         "lm_head.weight": torch.ones(512, 128).half(),
+                         "model.layers.0.mlp.gate_proj.weight": torch.ones(256, 128).half(),
+                         "model.norm.weight": torch.ones(128).half()})
+        save_file(head, str(mtp / "mtp.safetensors"))
         argv = [a.replace("{mtp}", str(mtp)) for a in payload.get("argv", [])]
         parser = argparse.ArgumentParser(exit_on_error=False)
         model_init.add_args(parser, add_draft_model_args=True)
@@ -65,12 +72,13 @@ def case(payload: dict) -> dict:
         stc = config.stc
         where = {}
         for key in ("model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight", "model.embed_tokens.weight",
-                    "model.layers.2.hnorm.weight"):
+                    "model.layers.2.hnorm.weight", "lm_head.weight", "model.layers.0.mlp.gate_proj.weight",
+                    "model.norm.weight"):
             found = stc.find_stc(key) if hasattr(stc, "find_stc") else stc
             has = bool(stc.has_tensor(key))
             where[key] = {"has": has, "dir": "mtp" if Path(found.directory) == mtp else "model"}
         return {"where": where, "draft": type(draft_model).__name__ if draft_model is not None else None,
-                "variant": type(stc).__name__}
+                "variant": type(stc).__name__, "refused": getattr(config, "tensor_overlay_refused", None)}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ attention over the oracle's rows, and its sha256 is reported so stock and patche
 
 payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "causal": bool,
           "device": "cpu"|"cuda", "kernels": "reference"|"real", "quant": [k_bits, v_bits] | null, "grid": bool,
-          "head_dim": int (16)}
+          "head_dim": int (16), "codec": "reference"|"real"}
+"codec": "real" (head_dim a multiple of 32) uses the extension's format instead: upstream's Triton decoder
+(_qc_load_v, run by Triton's CPU interpreter) and an encoder checked against it (_qcache_real.py).
 "quant" builds the cache with swa_ring_bits (the patched quantized ring); on CPU the quantized-cache kernels are
 the references in _qcache_ref.py, and "grid" draws K/V on that codec's grid so the round trip is exact.
 On a GPU (scripts/device/exllamav3_check.py) "kernels": "real" keeps the Triton kernels; outputs are then
@@ -30,6 +32,11 @@ from _common import emit, read_payload
 PAYLOAD = read_payload()
 if PAYLOAD.get("ring"):
     os.environ["EXL3_OVL_SWA_RING"] = "1"
+REAL_CODEC = PAYLOAD.get("codec") == "real"
+if REAL_CODEC:
+    import _qcache_real
+
+    _qcache_real.enable()  # upstream's Triton decoder runs in Triton's CPU interpreter
 
 import torch
 
@@ -79,9 +86,12 @@ def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softma
         if qc is None:
             all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
         else:
-            from _qcache_ref import dequant_rows
-
             sk, sv, kb, vb = qc
+            if REAL_CODEC:
+                def dequant_rows(w, s, bits):
+                    return _qcache_real.dequant_rows(w, s, bits, HKV)
+            else:
+                from _qcache_ref import dequant_rows
             all_k = dequant_rows(k_pages[pages, rows], sk[pages, rows], kb).view(end, HKV, D)
             all_v = dequant_rows(v_pages[pages, rows], sv[pages, rows], vb).view(end, HKV, D)
         for r in range(qlen):
@@ -124,7 +134,9 @@ def main() -> None:
     if not real_kernels:
         sliding_attn.paged_attn_triton_decode = ref_decode
         sliding_attn.paged_attn_triton_prefill = ref_prefill
-        if PAYLOAD.get("quant"):
+        if PAYLOAD.get("quant") and REAL_CODEC:
+            _qcache_real.install(sys.modules["exllamav3_ext"], HKV)
+        elif PAYLOAD.get("quant"):
             import _qcache_ref
 
             _qcache_ref.install(sys.modules["exllamav3_ext"])
@@ -161,6 +173,25 @@ def main() -> None:
         floors = [0] * bsz
         oracle_k: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
         oracle_v: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        # with the real codec: the same history as the cache stores it (each row quantized and decoded by
+        # upstream's decoder), so a ring that reads the right rows matches it bit for bit
+        quant_oracle = REAL_CODEC and bool(PAYLOAD.get("quant"))
+        oracle_kq: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        oracle_vq: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        quant_mismatches = 0
+
+        def stored(rows: torch.Tensor, bits: int) -> list[torch.Tensor]:
+            words, scales = _qcache_real.quant_rows(rows.reshape(rows.shape[0], -1), bits)
+            return list(_qcache_real.dequant_rows(words, scales, bits, HKV).view(rows.shape))
+
+        def record(b: int, p0: int, k_rows: torch.Tensor, v_rows: torch.Tensor) -> None:
+            del oracle_k[b][p0:], oracle_v[b][p0:]
+            oracle_k[b] += list(k_rows)
+            oracle_v[b] += list(v_rows)
+            if quant_oracle:
+                del oracle_kq[b][p0:], oracle_vq[b][p0:]
+                oracle_kq[b] += stored(k_rows, PAYLOAD["quant"][0])
+                oracle_vq[b] += stored(v_rows, PAYLOAD["quant"][1])
         pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         layer.project_qkv = lambda x, params: pending.pop()
         digests, mismatches, counts = [], 0, {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0}
@@ -183,7 +214,7 @@ def main() -> None:
             return torch.randn(*shape, generator=gen).half()
 
         def forward(n: int) -> None:
-            nonlocal mismatches, max_abs
+            nonlocal mismatches, max_abs, quant_mismatches
             q = torch.randn(bsz, n, HQ, D, generator=gen).half()
             k = kv_rows(bsz, n, HKV, D)
             v = kv_rows(bsz, n, HKV, D)
@@ -193,11 +224,16 @@ def main() -> None:
             o = o.view(bsz, n, HQ, D).cpu()
             for b, rs in enumerate(states):
                 p0 = rs.position
-                del oracle_k[b][p0:], oracle_v[b][p0:]
-                oracle_k[b] += list(k[b])
-                oracle_v[b] += list(v[b])
+                record(b, p0, k[b], v[b])
                 for r in range(n):
                     span = visible(p0 + r, p0 + n, (win[0], 0 if causal else win[1]))
+                    if quant_oracle:
+                        # decode: the step's rows are quantized into the ring before attention; prefill: the
+                        # chunk's own rows are read from the projection (fp16), the earlier ones from the ring
+                        raw = n > 16
+                        kq = [oracle_k[b][j] if raw and j >= p0 else oracle_kq[b][j] for j in span]
+                        vq = [oracle_v[b][j] if raw and j >= p0 else oracle_vq[b][j] for j in span]
+                        quant_mismatches += int(not torch.equal(attend(q[b, r], kq, vq, layer.sm_scale), o[b, r]))
                     want = attend(q[b, r], [oracle_k[b][j] for j in span], [oracle_v[b][j] for j in span],
                                   layer.sm_scale)
                     mismatches += int(not torch.equal(want, o[b, r]))
@@ -223,9 +259,7 @@ def main() -> None:
                 layer.write_state_rows(states, plan, k.to(device), v.to(device))
                 sliding_attn.SlidingAttention.commit_state_rows(states, plan)
                 for b in range(bsz):
-                    del oracle_k[b][before[b]:], oracle_v[b][before[b]:]
-                    oracle_k[b] += list(k[b, : lengths[b]])
-                    oracle_v[b] += list(v[b, : lengths[b]])
+                    record(b, before[b], k[b, : lengths[b]], v[b, : lengths[b]])
             elif op == "rewind":
                 # Speculative rejection: at most a draft's worth, never below a restored checkpoint (a
                 # checkpoint holds the last window only; the generator resumes forward from it)
@@ -247,6 +281,17 @@ def main() -> None:
             counts[op] += 1
 
         torch.Tensor.clone = real_clone
+        codec_check = None
+        if REAL_CODEC and PAYLOAD.get("quant"):
+            # the encoder against upstream's decoder, and the authors' reference codec read by upstream's decoder
+            import _qcache_ref
+
+            bits = PAYLOAD["quant"][0]
+            codec_check = _qcache_real.codec_check(torch.Generator().manual_seed(9), bits, HKV, D)
+            x = torch.randn(64, HKV * D, generator=torch.Generator().manual_seed(9)).half()
+            words, scales = _qcache_ref.quant_rows(x, bits)
+            back = _qcache_real.dequant_rows(words, scales, bits, HKV).float()
+            codec_check["authors_codec_rel_l2"] = float((back - x.float()).norm() / x.float().norm())
         emit({
             "digests": digests,
             "oracle_mismatches": mismatches,
@@ -258,6 +303,8 @@ def main() -> None:
             "ring": bool(getattr(layer, "ring", False)),
             "state": type(rsl).__name__,
             "state_bytes": int(rsl.storage_size()),
+            "codec_check": codec_check,
+            "quant_oracle_mismatches": quant_mismatches if quant_oracle else None,
         })
 
 

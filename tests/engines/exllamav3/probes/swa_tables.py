@@ -1,7 +1,8 @@
 """Probe: per-forward decode prep of every sliding layer of a 3-layer drafter; count H2D uploads.
 
-payload: {"seed": int, "steps": int, "ring": bool, "share": bool}; "share" passes the forward's params
-(the patched signature); stock is called without it.
+payload: {"seed": int, "steps": int, "ring": bool, "share": bool, "reuse": bool}; "share" passes the forward's
+params (the patched signature); stock is called without it. "reuse" passes one params dict to every forward (a
+caller that reuses it), instead of a fresh dict per forward as Model.forward's callers in the generator do.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def main() -> None:
             state_layer.alloc("cpu")
         states = [cache.get_new_state(), cache.get_new_state()]
         steps = []
+        reused: dict = {}
         for _ in range(PAYLOAD.get("steps", 200)):
             n = rnd.randint(1, 8)
-            params: dict = {}
+            params: dict = reused if PAYLOAD.get("reuse") else {}
             per_layer = []
             for layer in model.attn_modules:
                 k_states, v_states = cache.get_recurrent_layer((layer.layer_idx, 0)).get_state_tensors()
