@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite on a fresh machine (README's second command; .ci/run calls this).
 #   - Debian packages the tests use: git, OpenBLAS (mlx on CPU), Chromium (HTML report tests).
-#   - a virtualenv at .venv with the project and its test extras;
+#   - a virtualenv at .venv with the project and its check, test and dev extras;
+#   - ruff check src tests, then mypy (strict, on src: pyproject's [tool.mypy]); either failing fails the run;
 #   - pytest over tests/ (GPU-only tests are deselected: they run from scripts/device/; `long` ones: scripts/test_long.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[check,test,dev]'
+.venv/bin/ruff check src tests
+.venv/bin/mypy
 if [ $# -gt 0 ] && [ "$1" = "-m" ]; then exec .venv/bin/pytest "$@"; fi
 exec .venv/bin/pytest -m "not gpu and not long" "$@"

@@ -49,11 +49,22 @@ class LintReport:
         return not self.problems
 
 
+def check_target_expected(root: Path, check: str) -> bool:
+    """Whether the repository should hold ``check``'s file: it has a ``tests/`` folder, or the folder the path names
+    exists (a bare file name: the root). A patches-only repository (`overlay init`) has neither for
+    ``tests/...``: its Overlay-Check targets are unresolved, a lint warning (:func:`unresolved_checks`), not errors."""
+    path_part = check.partition("::")[0]
+    return (root / "tests").is_dir() or (root / path_part).parent.is_dir()
+
+
 def check_target_exists(root: Path, check: str) -> str | None:
-    """An Overlay-Check must name something real: a pytest node id or a script path in the repository."""
+    """An Overlay-Check must name something real: a pytest node id or a script path in the repository; one the
+    repository cannot be expected to hold (:func:`check_target_expected`) is left to :func:`unresolved_checks`."""
     path_part, _, node = check.partition("::")
     target = root / path_part
     if not target.is_file():
+        if not check_target_expected(root, check):
+            return None
         return f"Overlay-Check names {path_part!r}, which does not exist in the repository"
     if node:
         from overlay.inputs import read_inside
@@ -63,6 +74,19 @@ def check_target_exists(root: Path, check: str) -> str | None:
         if f"def {name}(" not in text and f"class {name}" not in text:
             return f"Overlay-Check names {check!r}, but {path_part} defines no {name!r}"
     return None
+
+
+def unresolved_checks(root: Path, patches: Sequence[Patch]) -> tuple[str, ...]:
+    """One warning per patch whose Overlay-Check names a file this repository does not have and, having no tests/
+    folder (nor the folder named), cannot be expected to: lint cannot resolve it and `overlay check` cannot run it."""
+    out = []
+    for patch in patches:
+        if patch.check and not (root / patch.check.partition("::")[0]).is_file() and not check_target_expected(
+                root, patch.check):
+            out.append(f"{patch.name}: Overlay-Check {patch.check!r} is not in this repository (it has no tests/ "
+                       "folder): not resolved, and `overlay check` cannot run it; add the test here (tests/...) "
+                       "to have it checked")
+    return tuple(out)
 
 
 def lint_patch_metadata(
@@ -177,7 +201,7 @@ def lint_engine(
     else:
         reporter.step("lint", f"{engine}: sdist pin; exact apply is checked by `overlay apply`")
     return LintReport(engine=engine, patches=len(series.patches), problems=tuple(problems),
-                      warnings=hotspot_warnings(series.patches, engine=engine))
+                      warnings=unresolved_checks(root, series.patches) + hotspot_warnings(series.patches, engine=engine))
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,9 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from overlay.extras import require_extra
+
+    require_extra("check", command="check")  # before overlay.check imports numpy
     from overlay.check.run import CheckOptions, run_check
     from overlay.errors import CheckFailed
 

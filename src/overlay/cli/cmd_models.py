@@ -28,6 +28,9 @@ def configure_parser(sub: Any) -> None:
 def execute(args: argparse.Namespace) -> int:
     import importlib.util
 
+    from overlay.extras import require_extra
+
+    require_extra("check", command="models")  # before overlay.tinymodels imports numpy
     from overlay.tinymodels.cli import run_build, run_list
 
     root = resolve_root(args)
