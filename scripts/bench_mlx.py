@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: stock serial decoding vs patched speculative decoding in mlx-lm, side by side, in one run.
 
-    .venv/bin/python scripts/bench_mlx.py [--reps N] [--tokens N] [--scenarios a,b] [--fixed] [--json FILE]
+    .venv/bin/python scripts/bench_mlx.py [--reps N] [--tokens N] [--scenarios a,b] [--fixed] [--temp T] [--json FILE]
 
 Scenarios (bundled tiny models, overlay.tinymodels, built locally and cached under build/models):
 
@@ -25,7 +25,9 @@ table shows per config the median over repetitions and, against stock serial, th
 per-repetition ratios; "identical" checks that every patched output equals stock serial greedy decoding, token for
 token and byte for byte. Targets: >= 1.5x where drafting pays, >= 0.99x where it cannot (there also against the
 patched serial decoding). Timings on a shared CPU are noisy: use several repetitions. Writes a JSON report
-(default build/reports/mlx-spec-bench.json).
+(default build/reports/mlx-spec-bench.json). ``--temp T`` (T > 0) samples instead (``make_sampler(T)``, one seed per
+prompt): outputs are then distributed as serial sampling rather than identical, so "identical" is not required, and
+the acceptance at T can be set against the greedy run's (patch 0025: rejection sampling keeps it close).
 """
 
 from __future__ import annotations
@@ -87,10 +89,10 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _measure(arm: Arm, sc: dict[str, Any], modes: list[str], models: dict[str, str], prompts: list[str],
-             tokens: int) -> dict[str, dict[str, Any]]:
+             tokens: int, temp: float = 0.0) -> dict[str, dict[str, Any]]:
     payload = {"target": models[sc["target"]], "draft": models[sc["draft"]] if sc["draft"] else None,
                "modes": modes, "draft_kind": sc["kind"], "k": K, "prompts": prompts, "max_tokens": tokens,
-               "warmup_tokens": 16}
+               "warmup_tokens": 16, "temp": temp}
     result: dict[str, Any] = arm.run_json(PROBE, payload, timeout=3600)
     return {mode: _summary(v["runs"]) for mode, v in result["modes"].items()}
 
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"model: {kind}", file=sys.stderr, flush=True)
         models[kind] = str(tinymodels.build(kind, root=REPO, python=arms.stock.python))
     prompts = [tinymodels.PROMPTS[c][0] for c in CATEGORIES]
-    report: dict[str, Any] = {"version": 1, "tokens": args.tokens, "reps": args.reps, "k_max": K,
+    report: dict[str, Any] = {"version": 1, "tokens": args.tokens, "reps": args.reps, "k_max": K, "temp": args.temp,
                               "prompts": prompts, "arms": {a.name: a.version for a in (arms.stock, arms.patched)},
                               "scenarios": {}}
     for name in names:
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"bench: {name} rep {rep + 1}/{args.reps} {arm_name} {'+'.join(modes[arm_name])}",
                       file=sys.stderr, flush=True)
                 for mode, summary in _measure(by_name[arm_name], sc, modes[arm_name], models, prompts,
-                                              args.tokens).items():
+                                              args.tokens, args.temp).items():
                     samples[f"{arm_name}/{mode}"].append(summary)
         ref = samples["stock/serial"]
         own = samples["patched/serial"]
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         entry["target"] = target
         # Where drafting cannot pay, also against the patched wheel's own serial decoding: the other patches of
         # the series make every step faster, which must not hide what drafting costs.
-        entry["met"] = adaptive["ratio"]["median"] >= target and adaptive["identical"] and (
+        entry["met"] = adaptive["ratio"]["median"] >= target and (adaptive["identical"] or args.temp > 0) and (
             sc["pays"] or adaptive["ratio_vs_patched_serial"]["median"] >= target)
         report["scenarios"][name] = entry
     return report
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per prompt (default 256)")
     parser.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--fixed", action="store_true", help="also run fixed-k speculation (stock and patched)")
+    parser.add_argument("--temp", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--json", type=Path, default=REPO / "build" / "reports" / "mlx-spec-bench.json",
                         help="report path (default build/reports/mlx-spec-bench.json)")
     args = parser.parse_args(argv)

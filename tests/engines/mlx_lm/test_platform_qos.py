@@ -19,6 +19,7 @@ def test_qos_pin(arms: Any, tmp_path: Path) -> None:
     assert stock["tokens"] == patched["tokens"]
     # Off macOS: nothing happens.
     assert patched["linux"] is False
+    assert patched["linux_bad_setting"] is False, "an unknown MLX_LM_QOS must be ignored off macOS"
     assert patched["priority"][0] == patched["priority"][1]
     # On macOS: USER_INTERACTIVE (0x21) by default, USER_INITIATED (0x19) on request, no call when off.
     by_setting = {s: (ret, [tuple(c) for c in calls]) for s, ret, calls in patched["fake_darwin"]}

@@ -113,6 +113,14 @@ def main() -> None:
     res["has_qos"] = True
     before = os.getpriority(os.PRIO_PROCESS, 0)
     res["linux"] = qos.set_thread_qos()
+    # A setting meant for macOS must not break Linux (shared shell profiles, containers).
+    os.environ["MLX_LM_QOS"] = "turbo"
+    try:
+        res["linux_bad_setting"] = qos.set_thread_qos()
+    except ValueError as e:
+        res["linux_bad_setting"] = f"ValueError: {e}"
+    finally:
+        os.environ.pop("MLX_LM_QOS", None)
     res["priority"] = [before, os.getpriority(os.PRIO_PROCESS, 0)]
 
     fake_darwin = []

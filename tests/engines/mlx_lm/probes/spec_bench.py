@@ -1,7 +1,8 @@
 """Probe: timed greedy decoding for scripts/bench_mlx.py, in one arm (one fresh process per measurement).
 
 Payload: {"target": folder, "draft": folder | null, "modes": ["serial" | "spec" | "adaptive", ...],
-"draft_kind": "model" | "mtp", "k": int, "prompts": [text, ...], "max_tokens": int, "warmup_tokens": int}.
+"draft_kind": "model" | "mtp", "k": int, "prompts": [text, ...], "max_tokens": int, "warmup_tokens": int,
+"temp": float (0: greedy; else make_sampler(temp), the random seed set to the prompt's index before every run)}.
 Result: {"modes": {mode: {"runs": [{"tokens", "text", "n", "wall", "cpu", "stats"}]}}, "mlx_lm": version}:
 ``wall``/``cpu`` are the seconds from the first generated token to the last (decode only: prefill and the first
 token excluded, as decode tok/s = (n - 1) / wall). After a warm-up generation of ``warmup_tokens`` tokens per mode,
@@ -28,11 +29,18 @@ def main() -> None:
     model, tokenizer = load(p["target"], model_config={"keep_mtp": True}) if mtp else load(p["target"])
     draft = load(p["draft"])[0] if p.get("draft") else None
 
+    temp = float(p.get("temp", 0.0))
+    sampler = None
+    if temp > 0:
+        from mlx_lm.sample_utils import make_sampler
+
+        sampler = make_sampler(temp)
+
     def tokens_of(mode: str, prompt_ids: list[int], n: int, stats: Any = None) -> Any:
         prompt = mx.array(prompt_ids)
         if mode == "serial":
-            return ((t, False) for t, _ in gen.generate_step(prompt, model, max_tokens=n))
-        kwargs: dict[str, Any] = {}
+            return ((t, False) for t, _ in gen.generate_step(prompt, model, max_tokens=n, sampler=sampler))
+        kwargs: dict[str, Any] = {"sampler": sampler}
         if mode == "adaptive":
             kwargs["adaptive_draft"] = True
         if mtp:
@@ -52,6 +60,7 @@ def main() -> None:
         for mode in modes[j % len(modes):] + modes[: j % len(modes)]:
             stats = gen.SpeculativeStats("mtp" if mtp else "model") if (
                 mode != "serial" and hasattr(gen, "SpeculativeStats")) else None
+            mx.random.seed(j)
             out: list[int] = []
             drafted = 0
             t0 = c0 = 0.0

@@ -79,7 +79,8 @@ def _rollback_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
 
     model, _ = _load(case["target"], None)
     steps = mx.array(ids[-1:] + [3, 5, 7])
-    caches = [C.make_prompt_cache(model), C.make_prompt_cache(model)]
+    window = case.get("max_kv_size")  # rotating layers: full-window single-token steps write in place
+    caches = [C.make_prompt_cache(model, max_kv_size=window), C.make_prompt_cache(model, max_kv_size=window)]
     for c in caches:
         model(mx.array(ids[:-1])[None], cache=c)
     snaps = []
