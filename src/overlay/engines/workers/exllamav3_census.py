@@ -15,6 +15,11 @@ target model's forward (logits from a fixed table; an EXL3 forward needs the CUD
 CUDA extension (each call of an extension function is counted as one eager launch; its CPU references are numpy, so
 their own work is invisible) and the pinned staging buffers (plain host tensors). Device tensors are
 ``_devsim.CensusDev`` (CPU memory answering is_cuda, device cpu:0); the census counts with ``placement="is_cuda"``.
+
+Capturability: the engine's ``torch.cuda.graph`` / ``CUDAGraph.capture_begin`` regions are census capture regions
+(torch_census emulates them). A region that calls a stood-in forward (the target's or the drafter's: ``STANDIN_CALLS``)
+cannot be judged, since the stand-in's work is not the real forward's, so ``capturable`` is then not measured; a region
+made only of the wheel's own code is measured (False at its first host read, data-dependent shape or pageable copy).
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ NOT_COUNTED = {"peak-memory": "the caches are allocated at load, outside the ste
                "cache-hits": "no engine cache entry point is wrapped by the census"}
 DRAFTER_STOOD_IN = ("the drafter's forward, which a round's launches and any capture of it consist of, is a stand-in "
                     "(the real one starts with a host embedding gather and an H2D copy)")
-NOT_COUNTED_IN = {"draft-round": {"eager-launches": DRAFTER_STOOD_IN, "graph-launches": DRAFTER_STOOD_IN,
-                                  "capturable": DRAFTER_STOOD_IN}}
+NOT_COUNTED_IN = {"draft-round": {"eager-launches": DRAFTER_STOOD_IN, "graph-launches": DRAFTER_STOOD_IN}}
+# the stood-in forwards, as (generator attribute, method): called inside a capture region, they make it unjudgeable
+STANDIN_CALLS = (("model", "forward"), ("draft_model", "forward"), ("draft_model", "sample_from_state"),
+                 ("draft_model", "propose_block"))
 
 
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
@@ -77,6 +84,26 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     spec_round.install_cuda_mocks = lambda: None  # the census stands in for torch.cuda itself
     c = Census(placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,))
     original = {name: getattr(gen_mod.Generator, name) for name in ("iterate_gen", "iterate_draftmodel_dflash_gen")}
+    captured_standins: dict[str, set[str]] = {}  # step tag -> the stood-in forwards called inside a capture region
+
+    def guard(gen: Any, tag: str) -> None:
+        for owner_name, method in STANDIN_CALLS:
+            owner = getattr(gen, owner_name, None)
+            fn = getattr(owner, method, None)
+            if fn is None:
+                continue
+            inner = getattr(fn, "_census_inner", fn)
+
+            def guarded(*args: Any, _fn: Any = inner, _what: str = f"{owner_name}.{method}", **kwargs: Any) -> Any:
+                if c._capture_depth:
+                    captured_standins.setdefault(current_tag[0], set()).add(_what)
+                return _fn(*args, **kwargs)
+
+            guarded._census_inner = inner  # type: ignore[attr-defined]
+            setattr(owner, method, guarded)
+        current_tag[0] = tag
+
+    current_tag = [""]
 
     def stepped(name: str) -> Any:
         fn = original[name]
@@ -85,6 +112,7 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
             drafts = args[0] if args else kwargs.get("draft_tokens")
             tag = "draft" if name == "iterate_draftmodel_dflash_gen" else ("decode" if drafts is None else "verify")
             before = standin.calls.copy()
+            guard(gen, tag)
             with c.step(tag):
                 out = fn(gen, results, *args, **kwargs)
                 for kernel, n in (standin.calls - before).items():
@@ -114,6 +142,11 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     not_counted = {**NOT_COUNTED, **NOT_COUNTED_IN.get(scenario, {})}
     for metric in not_counted:
         metrics[metric] = None
+    standins = sorted(captured_standins.get(SCENARIOS[scenario], ()))
+    if standins:
+        metrics["capturable"] = None
+        not_counted["capturable"] = (f"a capture region calls the stood-in {', '.join(standins)}, whose work is not "
+                                     "the real forward's")
     notes = [f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding on the "
              f"{payload['embed']}; {report['steps']} steps after {WARMUP} warm-up"]
     flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
@@ -128,7 +161,8 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     if report["violations"]:
         notes.append("capture violations: " + "; ".join(report["violations"][:5]))
     return {"scenario": scenario, "steps": report["steps"], "metrics": metrics, "sites": report["sites"],
-            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"]},
+            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"],
+                       "violations": report["violations"][:5]},
             "notes": notes, "standin": STANDIN}
 
 
