@@ -40,6 +40,18 @@ def test_decide_counts(direction: str, before: Any, after: Any, holds: bool | No
     assert decide("ops-per-token", direction, before, after)[0] is holds
 
 
+@pytest.mark.parametrize(("metric", "direction", "before", "after", "holds"), [
+    ("peak-memory", "unchanged", 930_396.0, 931_808.0, True),  # within the allocator's 1% noise floor
+    ("peak-memory", "decreases", 930_396.0, 929_884.0, False),  # noise is no decrease
+    ("peak-memory", "decreases", 2_427_480.0, 1_983_680.0, True),  # 0019's ring: 18% lower
+    ("peak-memory", "decreases", 930_396.0, 996_000.0, False),  # an extra buffer kept per step
+    ("ops-per-token", "unchanged", 930_396.0, 930_397.0, False),  # counts stay exact
+])
+def test_decide_memory_within_the_allocator_noise(metric: str, direction: str, before: float, after: float,
+                                                 holds: bool) -> None:
+    assert decide(metric, direction, before, after)[0] is holds
+
+
 @pytest.mark.parametrize(("before", "after", "holds"), [
     (False, True, True), (None, True, True), (True, True, False), (False, False, False), (False, None, None)])
 def test_decide_becomes_true(before: Any, after: Any, holds: bool | None) -> None:

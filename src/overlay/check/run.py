@@ -484,7 +484,8 @@ def _mechanism(report: dict[str, Any], gates: list[dict[str, Any]], *, root: Pat
     counts = census_mod.summary(records)
     report["mechanism_summary"] = {**counts, "census_runs": census.runs, "steps": options.census_steps,
                                    "variants": [{"name": v.name, "model": v.model, **dict(v.extra)} for v in variants],
-                                   "gated": gate, "tolerance": census_mod.TOLERANCE}
+                                   "gated": gate, "tolerance": census_mod.TOLERANCE,
+                                   "relative_tolerance": dict(census_mod.RELATIVE_TOLERANCE)}
     if counts["do_not_hold"]:
         report["notes"].append(
             f"mechanism: {counts['do_not_hold']} of {counts['declared']} declared do not hold"

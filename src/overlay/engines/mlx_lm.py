@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 from overlay.check.census import Variant
 from overlay.engines import WORKERS, Models, register
 from overlay.envs import Arm
-from overlay.errors import UsageError
+from overlay.errors import ExternalCommandError, UsageError
 from overlay.progress import Reporter
 
 DEFAULT_TARGET = "llama-target"
@@ -58,8 +59,9 @@ class MlxLmAdapter:
                         reporter: Reporter) -> tuple[Variant, ...]:
         """The census runs each scenario on a dense and a hybrid model (a patch may act on one family only) and, for
         the sampler patches, with a top-k sampler. Speculative scenarios run with the target as its own drafter (every
-        draft accepted) and with a never-right drafter (every round rejects and rolls back). With --model, that model
-        alone (its own drafter, and a never-right copy)."""
+        draft accepted) and with a never-right drafter (every round rejects and rolls back); decode-token also on a
+        4-bit copy of the dense model (quantized weights: fused projections, memory). With --model, that model alone
+        (its own drafter, and a never-right copy)."""
         from overlay import tinymodels
         from overlay.check.run import never_right_draft
 
@@ -76,6 +78,17 @@ class MlxLmAdapter:
             return (Variant(name=name, model=str(models.target)),
                     Variant(name=f"{name}, never-right drafter", model=str(models.target),
                             extra=(("draft", never(models.target)),), scenarios=spec))
+        def quantized(src: Path) -> str:  # mlx-lm's own convert (4-bit, group 32), in the stock arm
+            out = root / "build" / "models" / f"census-q4g32-{src.name}"
+            if not (out / "config.json").is_file():
+                shutil.rmtree(out, ignore_errors=True)
+                proc = arm.run(["-m", "mlx_lm", "convert", "--hf-path", str(src), "--mlx-path", str(out), "-q",
+                                "--q-bits", "4", "--q-group-size", "32"], timeout=600)
+                if proc.returncode != 0:
+                    raise ExternalCommandError(f"mlx_lm convert -q of {src} failed: {proc.stderr.strip()[-300:]}",
+                                               tip="rerun with --debug; the census needs the arm's mlx_lm to quantize")
+            return str(out)
+
         llama_dir = tinymodels.build("llama-random", root=root, python=arm.python, reporter=reporter)
         llama = str(llama_dir)
         hybrid = str(tinymodels.build("qwen3_5-random", root=root, python=arm.python, reporter=reporter))
@@ -84,7 +97,8 @@ class MlxLmAdapter:
                         scenarios=spec),
                 Variant(name="qwen3_5 (hybrid), llama drafter", model=hybrid, extra=(("draft", never(llama_dir)),)),
                 Variant(name="llama, temp 0.7 top-k 20", model=llama,
-                        extra=(("sampler", {"temp": 0.7, "top_k": 20}),)))
+                        extra=(("sampler", {"temp": 0.7, "top_k": 20}),)),
+                Variant(name="llama 4-bit", model=quantized(llama_dir), scenarios=("decode-token",)))
 
     def census_label(self, metric: str, stock: dict[str, Any], patched: dict[str, Any]) -> str | None:
         """Which part of a counted change a Metal build would also see (the census runs on mlx's CPU backend)."""

@@ -157,7 +157,59 @@ def task_cold(req: dict) -> dict:
 #   one per call). mx.compile fuses elementwise primitives on both backends, but it cannot fuse across a Metal fast
 #   kernel: the fast calls made while a compiled function was traced are added back, once per call, to the estimate.
 
+#
+# Memory, from mlx's own allocator counters (mx.get_active_memory / get_peak_memory / reset_peak_memory; mx.metal.* on
+# older mlx), which the CPU backend keeps as the Metal one does (bytes of live buffers, the allocator's free-buffer
+# cache excluded):
+# - bytes-moved: every counted evaluation is run to completion inside its hook (an mx.async_eval is waited for there:
+#   still counted as async, its work just no longer overlaps the next graph's construction), with the peak counter
+#   reset before it; its bytes are (peak during it) - (active before it): the new buffers it held at its high-water
+#   mark, outputs included. Per step: the sum over the step's evaluations. The export_to_dot graph carries no shapes,
+#   hence the allocator. Blind spots: reads (a matmul's weights are not counted), a buffer donated to an elementwise
+#   op and written in place (counted once), an intermediate freed before the high-water mark, views (reshape, slice,
+#   transpose without a copy: 0 bytes), allocations outside counted evaluations.
+# - peak-memory: the allocator's high-water mark over the census steps (bytes, a level: weights, caches and the
+#   steps' transients together, both models of a speculative run), not a per-step sum.
+
 _FAST = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
+DRAFT_ROUND_PROMPT = 288  # prompt tokens of draft-round (spec-verify-step: 8)
+
+
+class _Memory:
+    """mlx's allocator counters: the window peak kept across the per-evaluation peak resets of bytes-moved."""
+
+    def __init__(self, mx) -> None:
+        api = mx if hasattr(mx, "get_peak_memory") else mx.metal
+        self.active, self.peak_now, self.reset_peak = api.get_active_memory, api.get_peak_memory, api.reset_peak_memory
+        self.high = 0
+        self.intervals: list[int] = []  # the high-water mark between consecutive snapshots
+
+    def fold(self) -> None:
+        self.high = max(self.high, self.peak_now(), self.active())
+
+    def restart(self) -> None:
+        self.intervals = []
+        self.reset_peak()
+        self.high = self.active()
+
+    def begin(self) -> int:
+        self.fold()
+        self.reset_peak()
+        return self.active()
+
+    def end(self, start: int) -> int:
+        peak = max(self.peak_now(), self.active())
+        self.high = max(self.high, peak)
+        return max(peak - start, 0)
+
+    def peak(self) -> list[int]:
+        """Closes the interval since the previous snapshot; the intervals so far (a snapshot keeps its own copy)."""
+        self.fold()
+        self.intervals.append(self.high)
+        self.reset_peak()
+        self.high = self.active()
+        return list(self.intervals)
+
 _NODE = None  # compiled regex, set on first use
 
 
@@ -170,6 +222,8 @@ class _Census:
         _NODE = re.compile(r'\{ (\d+) \[label ="([^"]*)", shape=rectangle\]; \}')
         self.mx = mx
         self.Counter = Counter
+        self.mem = _Memory(mx)
+        self.streams: list = []
         self.phase = "main"
         self.tracing = 0
         self.fast_ids: dict[int, tuple[str, int]] = {}  # primitive id -> (label, fast call number)
@@ -181,16 +235,20 @@ class _Census:
     def reset(self) -> None:
         C = self.Counter
         self.ops, self.metal, self.fallback, self.evals, self.syncs = C(), C(), C(), C(), C()
+        self.moved = C()  # bytes-moved: per phase, the sum over evaluations of their allocation high-water
+        self.mem.restart()
         self.compiled_fast = C()  # fast calls inside compiled functions (Metal runs each as its own kernel)
         self.eval_sites: dict[str, C] = {}
         self.op_sites: dict[str, C] = {}
         self.prims: dict[str, C] = {}
+        self.moved_sites: dict[str, C] = {}
 
     def snapshot(self) -> dict:
         import copy
 
         return copy.deepcopy({k: getattr(self, k) for k in ("ops", "metal", "fallback", "evals", "syncs", "eval_sites",
-                                                             "op_sites", "prims", "calls", "compiled_fast")})
+                                                             "op_sites", "prims", "calls", "compiled_fast",
+                                                             "moved", "moved_sites")}) | {"peak": self.mem.peak()}
 
     # graph walking -------------------------------------------------
     def graph(self, arrays: list) -> list[tuple[int, str]]:
@@ -216,9 +274,10 @@ class _Census:
                 out.append(t)
         return out
 
-    def materialise(self, kind: str, arrays: list, depth: int = 2) -> None:
+    def materialise(self, kind: str, arrays: list, depth: int = 2) -> str | None:
+        """Counts one evaluation; returns its site (None while a compiled function is traced)."""
         if self.tracing:
-            return
+            return None
         import sys
 
         f = sys._getframe(depth)
@@ -242,6 +301,28 @@ class _Census:
         if nodes:
             self.op_sites.setdefault(ph, self.Counter())[site] += len(nodes)
             self.prims.setdefault(ph, self.Counter()).update(name for _, name in nodes)
+        return site
+
+    def settle(self) -> None:
+        """Waits for every stream (mlx-lm's generation stream included), so the buffers their finished tasks
+        release are released before the allocator is read."""
+        for stream in (*self.streams, None):
+            self.mx.synchronize(stream)
+
+    def evaluate(self, site: str | None, run, *args):
+        """Runs one counted evaluation to completion and adds the bytes it allocated to ``bytes-moved``."""
+        if site is None:
+            return run(*args)
+        ph = self.phase
+        self.settle()
+        start = self.mem.begin()
+        out = run(*args)
+        self.settle()
+        moved = self.mem.end(start)
+        self.moved[ph] += moved
+        if moved:
+            self.moved_sites.setdefault(ph, self.Counter())[site] += moved
+        return out
 
     # hooks -------------------------------------------------------------
     def install(self) -> None:
@@ -250,20 +331,35 @@ class _Census:
         real_eval, real_async = mx.eval, mx.async_eval
 
         def eval_(*args):
-            census.materialise("eval", census.flatten(args))
-            return real_eval(*args)
+            site = census.materialise("eval", census.flatten(args))
+            return census.evaluate(site, real_eval, *args)
 
         def async_eval_(*args):
-            census.materialise("async_eval", census.flatten(args))
-            return real_async(*args)
+            site = census.materialise("async_eval", census.flatten(args))
+
+            def run_async(*a):  # waited for here, so its allocations are its own (counted as async all the same)
+                real_async(*a)
+                real_eval(*a)
+
+            return census.evaluate(site, run_async, *args)
 
         mx.eval, mx.async_eval = eval_, async_eval_
+        for maker in ("new_stream", "new_thread_local_stream"):
+            real_maker = getattr(mx, maker, None)
+            if real_maker is not None:
+
+                def made(*a, _real=real_maker, **k):
+                    stream = _real(*a, **k)
+                    census.streams.append(stream)
+                    return stream
+
+                setattr(mx, maker, made)
         for meth in ("item", "tolist", "__bool__", "__int__", "__float__"):
             real = getattr(mx.array, meth)
 
             def hooked(self_, *a, _real=real, _kind=meth.strip("_"), **k):
-                census.materialise(_kind, [self_])
-                return _real(self_, *a, **k)
+                site = census.materialise(_kind, [self_])
+                return census.evaluate(site, lambda: _real(self_, *a, **k))
 
             setattr(mx.array, meth, hooked)
         for name in _FAST:
@@ -358,16 +454,20 @@ def _diff(a: dict, b: dict, steps: int, phase: str) -> dict:
         moved = {s: (new.get(s, 0) - old.get(s, 0)) / steps for s in set(new) | set(old)}
         return [[s, round(v, 4)] for s, v in sorted(moved.items(), key=lambda kv: (-kv[1], kv[0]))[:top] if v]
 
+    window = b["peak"][len(a["peak"]):]  # the intervals after snapshot a, up to and including b
     return {"ops": per("ops"), "metal": per("metal"), "fallback": per("fallback"), "evals": per("evals"),
-            "syncs": per("syncs"), "eval_sites": sites("eval_sites"), "op_sites": sites("op_sites"),
+            "syncs": per("syncs"), "moved": per("moved"), "peak": max(window) if window else None,
+            "eval_sites": sites("eval_sites"), "op_sites": sites("op_sites"), "moved_sites": sites("moved_sites"),
             "prims": sites("prims", 80)}
 
 
 def _census_result(scenario: str, steps: int, d: dict, compiled_fast: float, notes: list) -> dict:
-    metrics = {"ops-per-token": d["ops"], "evals-per-token": d["evals"], "host-syncs": d["syncs"]}
+    metrics = {"ops-per-token": d["ops"], "evals-per-token": d["evals"], "host-syncs": d["syncs"],
+               "bytes-moved": d["moved"], "peak-memory": d["peak"]}
     return {"scenario": scenario, "steps": steps, "metrics": metrics,
             "sites": {"ops-per-token": d["op_sites"], "evals-per-token": d["eval_sites"], "host-syncs":
-                      [s for s in d["eval_sites"] if not s[0].endswith(" async_eval")]},
+                      [s for s in d["eval_sites"] if not s[0].endswith(" async_eval")],
+                      "bytes-moved": d["moved_sites"]},
             "detail": {"metal-ops-per-token": d["metal"], "fast-fallback-ops-per-token": d["fallback"],
                        "compiled-fast-calls-per-token": compiled_fast, "primitives": d["prims"]},
             "notes": notes, "standin": None}
@@ -426,17 +526,21 @@ def task_census(req: dict) -> dict:
         long, short = to_first(steps * chunk + 1), to_first(1)
         d_long = _diff(long["a"], long["b"], steps, "main")
         d_short = _diff(short["a"], short["b"], steps, "main")
-        d = {k: d_long[k] - d_short[k] for k in ("ops", "metal", "fallback", "evals", "syncs")}
-        for k in ("eval_sites", "op_sites", "prims"):
+        d = {k: d_long[k] - d_short[k] for k in ("ops", "metal", "fallback", "evals", "syncs", "moved")}
+        for k in ("eval_sites", "op_sites", "prims", "moved_sites", "peak"):
             d[k] = d_long[k]
         notes.append(f"per chunk of {chunk} tokens: (prompt of {steps}x{chunk}+1 tokens) - (prompt of 1 token), "
-                     "counted up to the first token; sites are those of the long prompt, per chunk")
+                     "counted up to the first token; sites are those of the long prompt, per chunk; peak-memory: "
+                     "the long prompt's")
         return _census_result(scenario, steps, d, 0.0, notes)
     if scenario in ("spec-verify-step", "draft-round"):
         k = int(req.get("num_draft", 3))
         draft, _ = load(req.get("draft") or req["model"])
         census.tag_model(draft, "draft")
-        prompt = prompt_of(8)
+        # a draft round runs past a bounded draft cache's window (--draft-max-kv-size 64 holds 64 + slack slots) and
+        # past mlx-lm's first 256-slot KVCache block, so a bound on the drafter's cache shows in peak-memory
+        n_prompt = int(req.get("prompt_tokens", DRAFT_ROUND_PROMPT if scenario == "draft-round" else 8))
+        prompt = prompt_of(n_prompt)
         max_tokens = (steps + 3) * (k + 1)
 
         def run_spec() -> list:
@@ -458,7 +562,7 @@ def task_census(req: dict) -> dict:
         phase = "verify" if scenario == "spec-verify-step" else "draft"
         d = _diff(a, b, steps, phase)
         drafts = (b["calls"]["draft"] - a["calls"]["draft"]) / steps
-        notes.append(f"{steps} rounds (the 2nd to the {steps + 1}th verify), k={k}, "
+        notes.append(f"{steps} rounds (the 2nd to the {steps + 1}th verify), k={k}, prompt {n_prompt} tokens, "
                      f"{'self-draft (the target loaded twice)' if not req.get('draft') else 'drafter ' + req['draft']}; "
                      f"{drafts:g} draft forwards per round; phase '{phase}' = the events after that model's forward")
         return _census_result(scenario, steps, d, _compiled_fast(census, a, b, steps, phase), notes)
