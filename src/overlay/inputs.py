@@ -100,6 +100,15 @@ def _first_link(path: Path) -> Path | None:
     return None
 
 
+def decode_utf8(data: bytes, path: Path, *, tip: str) -> str:
+    """``data`` (the bytes of ``path``) as UTF-8; else a ConfigError naming ``path:LINE`` and the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x})", tip=tip) from None
+
+
 def read_inside(root: Path, path: Path, *, what: str) -> bytes:
     """The bytes of the regular file ``path``, which must resolve inside ``root`` (see the module docstring).
 

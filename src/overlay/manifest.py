@@ -21,7 +21,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from overlay.errors import ConfigError, UsageError
-from overlay.inputs import check_name, check_relative, inside_root, read_inside
+from overlay.inputs import check_name, check_relative, decode_utf8, inside_root, read_inside
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -202,12 +202,7 @@ def load_manifest(path: Path, *, root: Path | None = None) -> Manifest:
         data = read_inside(root, path, what="manifest")
     except FileNotFoundError:
         raise ConfigError(f"manifest {path} does not exist", tip="list engines with `overlay list`") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 (byte {data[exc.start]:#04x})",
-                          tip="save the manifest as UTF-8") from None
+    text = decode_utf8(data, path, tip="save the manifest as UTF-8")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

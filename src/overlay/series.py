@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from overlay.errors import ConfigError, IntegrityError
 from overlay.fsutil import safe_relpath
-from overlay.inputs import check_name, inside_root, read_inside
+from overlay.inputs import check_name, decode_utf8, inside_root, read_inside
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -217,12 +217,7 @@ def parse_series_file(path: Path, *, root: Path | None = None) -> SeriesFile:
         raise ConfigError(
             f"{path} does not exist", tip="create it with `# base: ENGINE VERSION COMMIT` as its first line"
         ) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        bad_line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{bad_line}: not UTF-8 (byte {data[exc.start]:#04x})",
-                          tip="patch file names are ASCII; save series as UTF-8") from None
+    text = decode_utf8(data, path, tip="patch file names are ASCII; save series as UTF-8")
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# base:"):
         raise ConfigError(f"{path}:1: the first line must be `# base: ENGINE VERSION COMMIT`, got {lines[:1]!r}")
