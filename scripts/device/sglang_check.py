@@ -6,12 +6,12 @@ SGLang trees (a folder holding ``sglang/``, or a wheel to unzip): the stock 0.5.
 ``overlay apply sglang`` builds. Every benchmark loads its functions from each arm in turn (``sys.modules`` is
 purged between arms), runs the same inputs through both, and records, per patch:
 
-    {"patch": "0004", "name": ..., "status": "ok" | "skipped" | "failed", "reason": ...,
+    {"patch": "0005", "name": ..., "status": "ok" | "skipped" | "failed", "reason": ...,
      "equal": bool | null, "max_err": float | null, "stock_us": float, "patched_us": float, "ratio": stock/patched,
      "graph_replay_equal": bool | null, ...}
 
 Times are medians of CUDA-event timings over ``--iters`` runs after warm-up (host wall time for host-side
-patches). Patches whose effect needs several GPUs (0008, 0013, 0014) are reported as skipped on one GPU.
+patches). Patches whose effect needs several GPUs (0009, 0014, 0015) are reported as skipped on one GPU.
 
 ``--dry-run`` runs every benchmark on the CPU with tiny shapes (Triton kernels through ``TRITON_INTERPRET=1``) so
 the harness logic, the imports and the JSON are exercised without a GPU; its timings mean nothing.
@@ -204,7 +204,7 @@ class Skip(Exception):
     pass
 
 
-@bench("0001", "pinned decode-lens staging (host us per step)")
+@bench("0002", "pinned decode-lens staging (host us per step)")
 def b_pinned(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     cur = list(range(100, 100 + 1))
@@ -243,7 +243,7 @@ def _chain(torch: Any, bs: int, n: int, device: str) -> tuple[Any, Any, Any, Any
     return tuple(t.to(device) for t in (cand, target, ridx, nxt, sib))  # type: ignore[return-value]
 
 
-@bench("0004", "greedy chain verify (tensor ops vs tree-walk kernel)")
+@bench("0005", "greedy chain verify (tensor ops vs tree-walk kernel)")
 def b_chain_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     bs, n = 1, 4
@@ -274,7 +274,7 @@ def b_chain_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal, "graph_replay_equal": replay}
 
 
-@bench("0018", "greedy verify tail in the verify graph (argmax + chain accept)")
+@bench("0019", "greedy verify tail in the verify graph (argmax + chain accept)")
 def b_graph_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     n, bs = 4, 1
@@ -321,7 +321,7 @@ def b_graph_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
             "note": "stock: eager argmax + tree-walk kernel; patched: the same work replayed inside a graph"}
 
 
-@bench("0005", "topk==1 chain tree (closed form vs tree kernel)")
+@bench("0006", "topk==1 chain tree (closed form vs tree kernel)")
 def b_chain_tree(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     bs, steps = 1, 3
@@ -362,7 +362,7 @@ def b_chain_tree(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"stock_us": results["stock"][1], "patched_us": results["patched"][1], "equal": equal}
 
 
-@bench("0003", "topk==1 draft selection in-graph vs eager")
+@bench("0004", "topk==1 draft selection in-graph vs eager")
 def b_topk1(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     vocab = 512 if ctx.dry_run else 151552
@@ -382,7 +382,7 @@ def b_topk1(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
             "note": "the saving is the eager launch after replay; in-graph cost is part of the replay"}
 
 
-@bench("0006", "temperature folded into softmax")
+@bench("0007", "temperature folded into softmax")
 def b_softmax(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     vocab = 4096 if ctx.dry_run else 151552
@@ -411,7 +411,7 @@ def b_softmax(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"stock_us": stock_us, "patched_us": patched_us, "max_err": err, "equal": bool(torch.equal(got, ref))}
 
 
-@bench("0007", "verify sampling params: repeat_interleave x3 vs cache hit (host us)")
+@bench("0008", "verify sampling params: repeat_interleave x3 vs cache hit (host us)")
 def b_params(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
 
@@ -435,7 +435,7 @@ def b_params(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal}
 
 
-@bench("0009", "sampling after top-k/top-p: multinomial vs exponential race")
+@bench("0010", "sampling after top-k/top-p: multinomial vs exponential race")
 def b_gumbel(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     vocab = 4096 if ctx.dry_run else 151552
@@ -461,7 +461,7 @@ def _block_fp8(torch: Any, n: int, k: int, device: str) -> tuple[Any, Any]:
     return wq.to(device), ws.to(device)
 
 
-@bench("0012", "split-K small-M block-FP8 GEMM with fused activation quant")
+@bench("0013", "split-K small-M block-FP8 GEMM with fused activation quant")
 def b_splitk(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     shapes = [(256, 512)] if ctx.dry_run else [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
@@ -494,7 +494,7 @@ def b_splitk(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"cases": table}
 
 
-@bench("0011", "FP8 lm_head vs BF16 lm_head")
+@bench("0012", "FP8 lm_head vs BF16 lm_head")
 def b_lm_head(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     torch = ctx.torch
     vocab, hidden = (512, 64) if ctx.dry_run else (151552, 6144)
@@ -522,19 +522,19 @@ def b_lm_head(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     return {"cases": table}
 
 
-@bench("0008", "packed verify broadcast (needs >= 2 GPUs)")
+@bench("0009", "packed verify broadcast (needs >= 2 GPUs)")
 def b_broadcast(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     if not ctx.cuda or ctx.torch.cuda.device_count() < 2:
         raise Skip("one GPU: the saving is one NCCL round instead of three; checked for equality on CPU (gloo)")
     raise Skip("multi-GPU run not prepared in this script version")
 
 
-@bench("0013", "AR + residual + RMSNorm + group FP8 quant (needs >= 2 SM100 GPUs)")
+@bench("0014", "AR + residual + RMSNorm + group FP8 quant (needs >= 2 SM100 GPUs)")
 def b_ar_quant(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     raise Skip("needs >= 2 SM100 GPUs with FlashInfer's TRT-LLM all-reduce workspace")
 
 
-@bench("0014", "CuteDSL AR fusion on the NextN layer (needs an MNNVL Blackwell node)")
+@bench("0015", "CuteDSL AR fusion on the NextN layer (needs an MNNVL Blackwell node)")
 def b_nextn(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
     raise Skip("needs several Blackwell GPUs with MNNVL and a GLM-5/DeepSeek MTP checkpoint")
 
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patched", type=Path, required=True, help="patched SGLang wheel or unpacked tree")
     parser.add_argument("--out", type=Path, default=Path("sglang_check.json"), help="JSON report (atomic write)")
     parser.add_argument("--iters", type=int, default=50, help="timed repetitions per measurement (median)")
-    parser.add_argument("--only", default="", help="comma-separated patch numbers, e.g. 0004,0012")
+    parser.add_argument("--only", default="", help="comma-separated patch numbers, e.g. 0005,0013")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter: harness only")
     args = parser.parse_args(argv)
     if args.dry_run:
