@@ -19,7 +19,7 @@ from overlay.envs import Arm, Arms, arms_for
 from overlay.errors import ExternalCommandError
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes on 2 cores: scripts/test_long.sh
 
 
 @pytest.fixture(scope="module")

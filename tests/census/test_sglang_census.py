@@ -15,7 +15,7 @@ from overlay.envs import Arm, arms_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "engines" / "sglang"))
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes on 2 cores: scripts/test_long.sh
 
 
 @pytest.fixture(scope="module")
