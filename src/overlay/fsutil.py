@@ -102,6 +102,17 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
         raise
 
 
+def _renamed(src: Path, dest: Path) -> bool:
+    """``os.replace(src, dest)``; False (nothing moved) when the two are on different devices, so the caller copies."""
+    try:
+        os.replace(src, dest)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        return False
+    return True
+
+
 def publish_file(src: Path, dest: Path) -> None:
     """Move the finished file ``src`` (made in a scratch folder) to ``dest``, atomically, on any file system.
 
@@ -112,12 +123,8 @@ def publish_file(src: Path, dest: Path) -> None:
     ensure_dir(dest.parent)
     mode = new_file_mode(dest) if dest.is_file() else stat.S_IMODE(src.stat().st_mode)
     os.chmod(src, mode)
-    try:
-        os.replace(src, dest)
+    if _renamed(src, dest):
         return
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
     tmp = temp_path_for(dest)
     try:
         shutil.copyfile(src, tmp)
@@ -136,12 +143,8 @@ def publish_dir(src: Path, dest: Path) -> None:
     """Move the finished folder ``src`` to ``dest`` (which must not exist), copying through a temp sibling of ``dest``
     when the two are on different devices."""
     ensure_dir(dest.parent)
-    try:
-        os.replace(src, dest)
+    if _renamed(src, dest):
         return
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
         os.rmdir(tmp)
