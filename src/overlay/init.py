@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.message
 import email.parser
 import hashlib
+import http.client
 import json
 import re
 import subprocess
@@ -179,7 +180,10 @@ def _read_url(url: str, *, accept: str) -> tuple[bytes, str] | None:
             return None
         raise ExternalCommandError(f"the package index answered {exc.code} for {url}",
                                    tip="check network access to the index (pip config list)") from None
-    except OSError as exc:
+    except http.client.HTTPException as exc:  # the server answered, but not in HTTP (a wrong port, a proxy)
+        raise ExternalCommandError(f"cannot read {url}: the answer is not HTTP ({type(exc).__name__})",
+                                   tip="check the index URL (pip config list)") from None
+    except (OSError, ValueError) as exc:
         raise ExternalCommandError(f"cannot read {url}: {exc}", tip="check network access to the index (pip config list)") from None
 
 
