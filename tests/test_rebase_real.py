@@ -108,8 +108,9 @@ def test_real_review_names_the_changed_symbols(old_root: Path, cli) -> None:
 
 @pytest.mark.slow
 def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, cli) -> None:
-    """sglang's series at 0.5.23 dry-run onto 0.5.22: most conflicts are in srt/environ.py, where every patch adds its
-    flag next to the previous one; they are inherited, and lint names that spot as a merge hotspot."""
+    """sglang's series at 0.5.23 dry-run onto 0.5.22: each conflict is the patch's own or inherited (naming where
+    from). The series' flags are declared in one first patch (0001), so srt/environ.py is no merge hotspot any more
+    (before: 16 of 18 patches touched the same lines there, 16 conflicts of which 11 inherited)."""
     root = tmp_path / "repo"
     (root / "build").mkdir(parents=True)
     shutil.copytree(REPO / "overlays", root / "overlays")
@@ -124,9 +125,10 @@ def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, 
     conflicts = [p for p in data["patches"] if p["class"] == "conflict"]
     own = [p for p in conflicts if p["conflict_kind"] == "own"]
     inherited = [p for p in conflicts if p["conflict_kind"] == "inherited"]
-    assert len(own) + len(inherited) == len(conflicts) and inherited and len(own) < len(conflicts) / 2
+    assert len(own) + len(inherited) == len(conflicts) and own and inherited
     assert data["conflicts"] == {"own": len(own), "inherited": len(inherited)}
     assert all(p["inherited_from"] for p in inherited)
+    assert len(conflicts) < 16  # the environ.py hotspot no longer conflicts every patch
     r = cli("--root", str(root), "lint", "sglang")
     assert r.code == 0, r.err
-    assert "WARNING sglang: merge hotspot:" in r.err and "python/sglang/srt/environ.py" in r.err
+    assert not any("merge hotspot" in line and "srt/environ.py" in line for line in r.err.splitlines()), r.err
