@@ -34,9 +34,9 @@ def test_device_check_dry_run(arms: Arms, tmp_path: Path) -> None:
     assert report["version"] == 1 and report["machine"]["dry_run"] is True
     by_patch = {r["patch"]: r for r in report["results"]}
     assert {r["status"] for r in report["results"]} <= {"ok", "skipped"}
-    for patch in ("0001", "0003", "0004", "0005", "0006", "0007", "0009", "0011", "0012", "0018"):
+    for patch in ("0002", "0004", "0005", "0006", "0007", "0008", "0010", "0012", "0013", "0019"):
         assert by_patch[patch]["status"] == "ok", by_patch[patch]
-    for patch in ("0001", "0003", "0004", "0005", "0006", "0007", "0018"):
+    for patch in ("0002", "0004", "0005", "0006", "0007", "0008", "0019"):
         assert by_patch[patch]["equal"] is True, by_patch[patch]
-    for patch in ("0008", "0013", "0014"):
+    for patch in ("0009", "0014", "0015"):
         assert by_patch[patch]["status"] == "skipped"
