@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.build import apply_engine  # noqa: E402
-from overlay.fetch import fetch_artifact  # noqa: E402
-from overlay.manifest import load_engine  # noqa: E402
+from overlay.core.build import apply_engine  # noqa: E402
+from overlay.core.fetch import fetch_artifact  # noqa: E402
+from overlay.core.manifest import load_engine  # noqa: E402
 
 
 def bare_rezip(wheel: Path, out: Path) -> None:

@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/bench_mlx.py [--reps N] [--tokens N] [--scenarios a,b] [--fixed] [--temp T] [--json FILE]
 
-Scenarios (bundled tiny models, overlay.tinymodels, built locally and cached under build/models):
+Scenarios (bundled tiny models, overlay.check.models, built locally and cached under build/models):
 
 - ``heavy+draft`` (drafting pays): target ``llama-heavy`` (the trained ``llama-target`` plus dead layers: the same
   outputs at ~8x the cost of a step), drafter ``llama-draft`` (trained);
@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.envs import Arm, arms_for
+from overlay.check.envs import Arm, arms_for
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "spec_bench.py"
@@ -103,7 +103,7 @@ def _ratio(samples: list[dict[str, Any]], ref: list[dict[str, Any]], key: str) -
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from overlay import tinymodels
+    from overlay.check import models as tinymodels
 
     arms = arms_for(REPO, "mlx-lm")
     by_name = {"stock": arms.stock, "patched": arms.patched}

@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.envs import arms_for
+from overlay.check.envs import arms_for
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "fused_bench.py"

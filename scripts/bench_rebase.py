@@ -31,10 +31,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.manifest import load_engine
-from overlay.rebase import RebaseResult, abort, rebase
-from overlay.releases import resolve_release, wheel_tree
-from overlay.stack import checkout, refresh
+from overlay.core.manifest import load_engine
+from overlay.stack.checkout import checkout
+from overlay.stack.refresh import refresh
+from overlay.upstream.rebase import RebaseResult, abort, rebase
+from overlay.upstream.releases import resolve_release, wheel_tree
 
 
 class Clock:

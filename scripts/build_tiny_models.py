@@ -3,7 +3,7 @@
 
     scripts/build_tiny_models.py [--root DIR] [--python PATH|stock] [--kinds KIND ...] [--measure] [--json FILE]
 
---python: interpreter with mlx and mlx-lm for trained kinds ('stock' = the stock mlx-lm arm of overlay.envs);
+--python: interpreter with mlx and mlx-lm for trained kinds ('stock' = the stock mlx-lm arm of overlay.check.envs);
 default: this interpreter if it imports mlx, else the stock arm.
 --measure (needs that interpreter too):
   - MTP acceptance of qwen3_5-mtp with the reference speculative loop (overlay/tinymodels/mlx_mtp.py), k = 1 and 3,
@@ -27,11 +27,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from overlay.check.models import KINDS, all_prompts, build, is_trained, read_manifest, stock_mlx_python
+from overlay.check.models.builder import load_tensors, run_mlx_script
+from overlay.check.models.tokenizer import train_tokenizer
 from overlay.fsutil import atomic_write_json
 from overlay.progress import Stage
-from overlay.tinymodels import KINDS, all_prompts, build, is_trained, read_manifest, stock_mlx_python
-from overlay.tinymodels.builder import load_tensors, run_mlx_script
-from overlay.tinymodels.tokenizer import train_tokenizer
 
 
 class Printer:

@@ -30,10 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.build import apply_engine, select_artifact  # noqa: E402
-from overlay.fetch import cached_path, fetch_artifact  # noqa: E402
+from overlay.core.build import apply_engine, select_artifact  # noqa: E402
+from overlay.core.fetch import cached_path, fetch_artifact  # noqa: E402
+from overlay.core.manifest import load_engine  # noqa: E402
 from overlay.fsutil import atomic_write_json  # noqa: E402
-from overlay.manifest import load_engine  # noqa: E402
 
 CARRY_LIMIT = 64 * 1024 * 1024
 SGLANG_EXTRA = ["msgspec", "orjson", "pybase64", "pyzmq", "setproctitle", "partial_json_parser", "interegular",
@@ -57,7 +57,7 @@ def size(path: Path) -> int:
 
 
 def prepare() -> int:
-    from overlay import tinymodels
+    from overlay.check import models as tinymodels
 
     carry = []
     for engine, name in (("exllamav3", None), ("sglang", "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")):
@@ -111,7 +111,7 @@ def run(budget: int, dry: bool) -> int:
         patched = apply_engine(root=REPO, engine=engine, artifact_name=name, out_dir=wheels, offline=True).wheel
         built[engine] = (stock, patched)
         if dry:  # the CPU test arms hold torch and the stand-ins
-            from overlay.envs import arms_for
+            from overlay.check.envs import arms_for
 
             arm = arms_for(REPO, engine).patched
             pythons[engine] = (str(arm.python), {**os.environ, **arm.env})

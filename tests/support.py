@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from overlay.stack import FORMAT_PATCH_ARGS
+from overlay.stack.checkout import FORMAT_PATCH_ARGS
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author",

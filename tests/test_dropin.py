@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from overlay.build import apply_engine
-from overlay.envs import _site_packages, deps_env
-from overlay.fetch import fetch_artifact
-from overlay.manifest import load_engine
-from overlay.provenance import local_version
+from overlay.check.envs import _site_packages, deps_env
+from overlay.core.build import apply_engine
+from overlay.core.fetch import fetch_artifact
+from overlay.core.manifest import load_engine
+from overlay.core.provenance import local_version
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.network
@@ -25,7 +25,7 @@ def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli) -> None:
-    from overlay import tinymodels
+    from overlay.check import models as tinymodels
 
     manifest = load_engine(REPO, "mlx-lm")
     stock = fetch_artifact(REPO, manifest, manifest.upstream.primary)
@@ -72,6 +72,6 @@ def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli) -> None:
 
 
 def _patches():
-    from overlay.build import load_engine_series
+    from overlay.core.series import load_engine_series
 
     return load_engine_series(REPO, load_engine(REPO, "mlx-lm")).patches

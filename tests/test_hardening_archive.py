@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.build import safe_extract_tar
+from overlay.core.build import safe_extract_tar
 from overlay.errors import IntegrityError
 from support import TRAILERS, World, git, make_wheel
 
@@ -98,7 +98,7 @@ def test_manifest_allowance_admits_the_wheels_own_data_folder(world: World, cli,
 
 
 def test_checkout_never_writes_control_files_even_from_a_tree(world: World, tmp_path: Path) -> None:
-    from overlay.stack import write_base_commit
+    from overlay.stack.checkout import write_base_commit
 
     repo = tmp_path / "wt"
     repo.mkdir()
@@ -230,8 +230,8 @@ def test_patch_adding_an_ordinary_file_still_builds(world: World, cli, tmp_path:
 
 def test_patch_policy_holds_without_the_parser(tmp_path: Path) -> None:
     """The policy does not rely on the patch parser: a Patch built directly is judged the same in apply_patch."""
-    from overlay.patching import MemoryTree, apply_patch
-    from overlay.series import FileDiff, Patch
+    from overlay.core.patching import MemoryTree, apply_patch
+    from overlay.core.series import FileDiff, Patch
 
     def patch_with(fd: FileDiff) -> Patch:
         return Patch(name="0001-x.patch", raw=b"", author="a <a@b>", date="", subject="x", body="", trailers=(),

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay import gitops
 from overlay.errors import UsageError
+from overlay.git import ops as gitops
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
 from support import GIT_ENV, TRAILERS, World, git, make_wheel
 

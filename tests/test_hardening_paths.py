@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from overlay.core.inputs import check_name, inside_root, read_inside
+from overlay.core.manifest import Artifact, load_engine, load_manifest
+from overlay.core.series import load_series, parse_patch, parse_series_file
 from overlay.errors import ConfigError, IntegrityError, UsageError
-from overlay.inputs import check_name, inside_root, read_inside
-from overlay.manifest import Artifact, load_engine, load_manifest
-from overlay.series import load_series, parse_patch, parse_series_file
 from support import World
 
 
@@ -140,7 +140,7 @@ def test_manifest_paths_must_stay_inside(world2: World, cli) -> None:
     (world2.root.parent / "site").mkdir()
     (world2.root / "site").symlink_to(world2.root.parent / "site", target_is_directory=True)
     manifest.write_text(text + '\n[runtime]\npython-path = ["site"]\n')
-    from overlay.envs import runtime_env
+    from overlay.check.envs import runtime_env
 
     with pytest.raises(IntegrityError, match="python-path"):
         runtime_env(world2.root, load_engine(world2.root, "demo"))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from overlay.core.wheels import read_wheel
 from overlay.errors import IntegrityError
-from overlay.wheels import read_wheel
 from support import World, make_wheel
 
 

@@ -18,7 +18,9 @@ import pytest
 
 from overlay import fsutil
 from overlay.errors import ConfigError, UsageError
-from overlay.stack import lock_path, recover_refresh, refresh, refresh_txn_dir
+from overlay.stack.locks import lock_path
+from overlay.stack.refresh import refresh
+from overlay.stack.transaction import recover_refresh, refresh_txn_dir
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
 from support import GIT_ENV, TRAILERS, World
 
@@ -133,7 +135,7 @@ def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli, mon
         real_replace(src, dst)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr("overlay.stack.rollback_changes", lambda *a, **k: (_ for _ in ()).throw(OSError("killed")))
+    monkeypatch.setattr("overlay.stack.transaction.rollback_changes", lambda *a, **k: (_ for _ in ()).throw(OSError("killed")))
     r = cli("--root", str(root), "refresh", "demo")
     monkeypatch.undo()
     assert r.code == 130
@@ -195,7 +197,7 @@ def test_a_second_run_is_refused_naming_the_lock_holder(world2: World, cli) -> N
 HELD_MIDWAY = """
 import sys, time
 from pathlib import Path
-import overlay.stack as stack
+import overlay.stack.checkout as stack
 go = Path(sys.argv[1])
 real = stack.write_base_commit
 def held(*args, **kwargs):
@@ -249,7 +251,7 @@ def test_concurrent_rebase_to_gets_the_lock_message(tmp_path: Path, cli) -> None
 
 def test_wait_takes_the_lock_once_it_is_free(world2: World) -> None:
     from overlay.progress import ListReporter
-    from overlay.stack import checkout
+    from overlay.stack.checkout import checkout
 
     held = threading.Event()
     release = threading.Event()
@@ -386,7 +388,7 @@ def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tupl
 def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
     stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import overlay.rebase as rb
+    import overlay.upstream.rebase as rb
 
     world, before = stopped_rebase
     root = ["--root", str(world.root)]
@@ -416,7 +418,7 @@ def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
 def test_abort_undoes_an_interrupted_publish_even_from_a_corrupt_state(
     stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import overlay.rebase as rb
+    import overlay.upstream.rebase as rb
 
     world, before = stopped_rebase
     root = ["--root", str(world.root)]

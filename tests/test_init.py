@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from overlay.core.extras import require_extra
+from overlay.core.series import THEMES
 from overlay.errors import IntegrityError, UsageError
-from overlay.extras import require_extra
-from overlay.init import (
+from overlay.upstream.init import (
     IndexFile,
     git_url_from,
     order_artifacts,
@@ -25,7 +26,6 @@ from overlay.init import (
     pip_sources,
     release_files,
 )
-from overlay.series import THEMES
 from support import CORE_PY, TRAILERS, git, make_wheel
 
 FILES = {"demo_pkg/__init__.py": b"from demo_pkg.core import greet\n", "demo_pkg/core.py": CORE_PY.encode()}

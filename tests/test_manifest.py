@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from overlay.core.manifest import load_engine, load_manifest
 from overlay.errors import ConfigError
-from overlay.manifest import load_engine, load_manifest
 from support import World
 
 REPO = Path(__file__).resolve().parents[1]

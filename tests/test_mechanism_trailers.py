@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay.errors import ConfigError
-from overlay.lint import check_declarations
-from overlay.mechanism import (
+from overlay.core.lint import check_declarations
+from overlay.core.mechanism import (
     MECHANISM_THEMES,
     SCENARIOS,
     Flag,
@@ -21,7 +20,8 @@ from overlay.mechanism import (
     parse_mechanism,
     requires_problems,
 )
-from overlay.series import load_series, parse_patch
+from overlay.core.series import load_series, parse_patch
+from overlay.errors import ConfigError
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
 from support import GIT_ENV, TRAILERS, World
 

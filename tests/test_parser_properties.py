@@ -16,9 +16,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from overlay.core.manifest import load_manifest
+from overlay.core.series import parse_patch_bytes, parse_series_file
 from overlay.errors import OverlayError
-from overlay.manifest import load_manifest
-from overlay.series import parse_patch_bytes, parse_series_file
 
 REPO = Path(__file__).resolve().parents[1]
 PATCHES = [p.read_bytes() for p in sorted(REPO.glob("patches/*/*.patch"))]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.series import Patch, parse_patch_bytes
+from overlay.core.series import Patch, parse_patch_bytes
 from support import GIT_ENV, World, git, make_world
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from overlay.core.patching import DirTree, MemoryTree, apply_patch
+from overlay.core.series import load_series
 from overlay.errors import ConfigError, IntegrityError, PatchError
-from overlay.patching import DirTree, MemoryTree, apply_patch
-from overlay.series import load_series
 from support import CORE_PY, World, git
 
 

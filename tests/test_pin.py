@@ -7,11 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
-from overlay.build import load_engine_series
+from overlay.core.manifest import load_engine
+from overlay.core.series import load_engine_series
 from overlay.fsutil import exclusive_lock
-from overlay.manifest import load_engine
-from overlay.pin import Difference, compare_trees
-from overlay.stack import lock_path
+from overlay.stack.locks import lock_path
+from overlay.upstream.pin import Difference, compare_trees
 from support import World, git, make_wheel
 
 PKG = "python/demo_pkg/"
@@ -154,8 +154,8 @@ def test_pin_waits_for_the_engine_lock_and_refuses_during_a_rebase(world: World,
 
 
 def test_compare_trees_kinds_without_git() -> None:
-    from overlay.gitobjects import blob_id
-    from overlay.pin import TreeEntry
+    from overlay.git.objects import blob_id
+    from overlay.upstream.pin import TreeEntry
 
     files = {"pkg/a.py": b"a\n", "pkg/b.py": b"b\n", "pkg/lib.so": b"\0", "pkg/link.py": b"x\n"}
     tree = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.manifest import load_engine
+from overlay.core.manifest import load_engine
 from support import GIT_ENV
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay.manifest import load_engine
-from overlay.series import load_series
+from overlay.core.manifest import load_engine
+from overlay.core.series import load_series
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
 from support import World, git
 
@@ -243,7 +243,7 @@ def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
 
 
 def test_continue_after_an_interrupted_run(rworld: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    import overlay.rebase as rb
+    import overlay.upstream.rebase as rb
 
     add_patches(rworld, ["util", "clean"])
     release = make_release(rworld)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from overlay.lint import merge_hotspots
-from overlay.series import load_series
+from overlay.core.lint import merge_hotspots
+from overlay.core.series import load_series
 from support import World, make_world
 
 CORE = "python/demo_pkg/core.py"

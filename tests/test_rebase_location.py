@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay.astmap import LineMap, check_hunk_locations
-from overlay.series import parse_patch_bytes
+from overlay.core.series import parse_patch_bytes
+from overlay.upstream.astmap import LineMap, check_hunk_locations
 
 BASE = b"""\
 def first(x):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay.manifest import load_engine
-from overlay.series import load_series
+from overlay.core.manifest import load_engine
+from overlay.core.series import load_series
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "mlx-lm-0.31.2"

@@ -1,11 +1,11 @@
 """The series file keeps its comments and blank lines through refresh and rebase (one writer,
-overlay.series.render_series), and --skip of a patch that others require says which."""
+overlay.core.series.render_series), and --skip of a patch that others require says which."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from overlay.series import render_series
+from overlay.core.series import render_series
 from rebase_support import add_patches, make_rebase_world, make_release
 
 OLD = """\

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from overlay.astmap import SymbolIndex, compare_symbol, hunk_locations, hunk_moves, symbols
+from overlay.core.patching import MemoryTree, apply_patch
+from overlay.core.pin_edit import Edit, apply_edits
+from overlay.core.series import parse_patch_bytes
 from overlay.errors import ConfigError, PatchError
-from overlay.gitobjects import tree_id
-from overlay.patching import MemoryTree, apply_patch
-from overlay.relocate import relocate_patch, reverse_patch
-from overlay.series import parse_patch_bytes
-from overlay.tomledit import Edit, apply_edits
+from overlay.git.objects import tree_id
+from overlay.upstream.astmap import SymbolIndex, compare_symbol, hunk_locations, hunk_moves, symbols
+from overlay.upstream.relocate import relocate_patch, reverse_patch
 from support import GIT_ENV, World, make_wheel
 
 BASE = "".join(f"line {i}\n" for i in range(1, 21))
@@ -198,7 +198,7 @@ def test_refresh_refuses_a_base_that_is_not_the_pinned_tree(world2: World, cli) 
 
 
 def test_check_hunk_locations_in_memory() -> None:
-    from overlay.astmap import check_hunk_locations
+    from overlay.upstream.astmap import check_hunk_locations
 
     body = "    p = 0\n    q = 0\n    r = 0\n    x = 1\n    s = 0\n    t = 0\n    u = 0\n"
     base = f"def a():\n{body}    return x\n\n\ndef b():\n    return 0\n"
@@ -213,9 +213,9 @@ def test_check_hunk_locations_in_memory() -> None:
 def test_fast_import_gives_checkout_s_commit_ids(tmp_path: Path) -> None:
     """The scratch repository's base commits (one git fast-import) have the ids checkout's commits (git add +
     git commit with the tool's identity) have, odd path names included."""
-    from overlay import gitops
-    from overlay.replay import import_tree, prepare
-    from overlay.stack import write_base_commit
+    from overlay.git import ops as gitops
+    from overlay.stack.checkout import write_base_commit
+    from overlay.upstream.replay import import_tree, prepare
 
     files = {"pkg/a.py": b"x = 1\n", "dir with space/b.py": b"y = 2\n", '"quoted.py': b"z\n", "e/empty": b""}
     message = "base: demo 1.0\n\ndemo-1.0-py3-none-any.whl\nsha256 " + "0" * 64 + "\n"

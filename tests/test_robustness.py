@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from overlay.fetch import cached_path
-from overlay.manifest import load_engine
+from overlay.core.fetch import cached_path
+from overlay.core.manifest import load_engine
 from rebase_support import add_patches, make_rebase_world
 from support import World
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from overlay.core.series import check_trailers, load_series, parse_patch, parse_patch_bytes
 from overlay.errors import ConfigError, IntegrityError
-from overlay.series import check_trailers, load_series, parse_patch, parse_patch_bytes
 from support import World, git
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from overlay.errors import UsageError
-from overlay.stack import checkout, refresh
+from overlay.stack.checkout import checkout
+from overlay.stack.refresh import refresh
 from support import GIT_ENV, World, git
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from overlay.core.wheels import read_wheel, set_version, write_wheel
 from overlay.errors import IntegrityError
-from overlay.wheels import read_wheel, set_version, write_wheel
 from support import make_wheel
 
 FILES = {"demo_pkg/__init__.py": b"X = 1\n", "demo_pkg/native.so": bytes(range(256))}

@@ -43,7 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
-STANDIN = REPO / "src" / "overlay" / "testbackends" / "exllamav3" / "pythonpath"
+STANDIN = REPO / "support" / "testbackends" / "exllamav3" / "pythonpath"
 DEPS = ["torch", "triton", "numpy", "safetensors", "tokenizers", "pydantic", "marisa_trie", "rich", "yaml", "PIL"]
 
 
@@ -306,7 +306,7 @@ E2E_PROMPTS = [
 def check_e2e(arms: dict[str, ArmRunner], dry_run: bool, work: Path, prebuilt: ArmRunner | None) -> dict:
     hf = _tiny_model("llama-target-*")
     if hf is None:
-        return {"error": "build/models/llama-target-* not found: build it (python -m overlay.tinymodels build "
+        return {"error": "build/models/llama-target-* not found: build it (overlay models build "
                          "llama-target) and carry it along"}
     info: dict = {"model": hf.name}
     if dry_run:

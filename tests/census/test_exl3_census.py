@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from overlay.check.envs import Arm, Arms, arms_for
 from overlay.engines import get_adapter
-from overlay.envs import Arm, Arms, arms_for
 from overlay.errors import ExternalCommandError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -87,7 +87,7 @@ def _repo(tmp_path: Path) -> Path:
     (root / "patches" / "exllamav3").mkdir(parents=True)
     base = (REPO / "patches" / "exllamav3" / "series").read_text().splitlines()[0]
     (root / "patches" / "exllamav3" / "series").write_text(base + "\n")
-    standin = Path("src/overlay/testbackends/exllamav3/pythonpath")  # runtime.python-path: must lie inside the root
+    standin = Path("support/testbackends/exllamav3/pythonpath")  # runtime.python-path: must lie inside the root
     shutil.copytree(REPO / standin, root / standin)
     (root / "tests" / "census").mkdir(parents=True)  # the fixtures' Overlay-Check names this file: lint wants it
     shutil.copy(Path(__file__), root / "tests" / "census" / Path(__file__).name)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from overlay.check.envs import Arm, arms_for
 from overlay.engines import get_adapter
-from overlay.envs import Arm, arms_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "engines" / "sglang"))

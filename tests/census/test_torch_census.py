@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from overlay.envs import Arm, arms_for
+from overlay.check.envs import Arm, arms_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "probes" / "census_cases.py"

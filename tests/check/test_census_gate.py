@@ -20,9 +20,9 @@ import pytest
 
 from overlay.check import census
 from overlay.check.census import Census, Variant, aggregate, decide, switch_for
-from overlay.envs import Arm
-from overlay.mechanism import parse_flag
-from overlay.series import parse_patch_bytes
+from overlay.check.envs import Arm
+from overlay.core.mechanism import parse_flag
+from overlay.core.series import parse_patch_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -254,9 +254,9 @@ def test_mechanism_gate_names_the_patches_whose_declaration_is_wrong(tmp_path: P
 
 
 def _llama_random(root: Path) -> Path:
-    from overlay import tinymodels
-    from overlay.envs import deps_env
-    from overlay.manifest import load_engine
+    from overlay.check import models as tinymodels
+    from overlay.check.envs import deps_env
+    from overlay.core.manifest import load_engine
 
     python = deps_env(root, load_engine(root, "mlx-lm")) / "bin" / "python"
     return tinymodels.build("llama-random", root=root, python=python)

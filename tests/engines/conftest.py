@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.envs import Arms, arms_for
+from overlay.check.envs import Arms, arms_for
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_BY_FOLDER = {"mlx_lm": "mlx-lm", "sglang": "sglang", "exllamav3": "exllamav3"}

@@ -1,8 +1,8 @@
 """Fixtures for the tiny-model tests: throwaway build roots, and the interpreters that load the models.
 
-- ``mlx_python``: the stock mlx-lm arm from ``overlay.envs`` (pinned mlx-lm wheel installed over the mlx-lm deps
+- ``mlx_python``: the stock mlx-lm arm from ``overlay.check.envs`` (pinned mlx-lm wheel installed over the mlx-lm deps
   venv), the same venv the per-patch tests use; built once and cached under build/venvs.
-- ``hf_python``: the sglang deps venv from ``overlay.envs`` (torch 2.13.0 CPU + transformers), which is what feeds
+- ``hf_python``: the sglang deps venv from ``overlay.check.envs`` (torch 2.13.0 CPU + transformers), which is what feeds
   the llama kinds to SGLang.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tiny_support import RANDOM_KINDS, REPO, Interpreter
 
-from overlay.tinymodels import build
-from overlay.tinymodels.builder import mlx_env, stock_mlx_python
+from overlay.check.models import build
+from overlay.check.models.builder import mlx_env, stock_mlx_python
 
 
 @pytest.fixture(scope="session")
@@ -25,8 +25,8 @@ def mlx_python() -> Interpreter:
 
 @pytest.fixture(scope="session")
 def hf_python() -> Interpreter:
-    from overlay.envs import deps_env, runtime_env
-    from overlay.manifest import load_engine
+    from overlay.check.envs import deps_env, runtime_env
+    from overlay.core.manifest import load_engine
 
     manifest = load_engine(REPO, "sglang")
     venv = deps_env(REPO, manifest)

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from tiny_support import RANDOM_KINDS, REPO, Interpreter
 
+from overlay.check.models import KINDS, PROMPTS, all_prompts, build, model_dir, read_manifest, recipe_hash
+from overlay.check.models import builder as builder_module
+from overlay.check.models import recipes as recipes_module
+from overlay.check.models.builder import MANIFEST, TIMINGS, load_tensors, run_mlx_script
+from overlay.check.models.corpus import CATEGORIES, documents
+from overlay.check.models.recipes import HeavyRecipe, RandomRecipe
+from overlay.check.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, load_tokenizer
+from overlay.cli.main import main as overlay_main
 from overlay.errors import UsageError
-from overlay.tinymodels import KINDS, PROMPTS, all_prompts, build, model_dir, read_manifest, recipe_hash
-from overlay.tinymodels import builder as builder_module
-from overlay.tinymodels import recipes as recipes_module
-from overlay.tinymodels.builder import MANIFEST, TIMINGS, load_tensors, run_mlx_script
-from overlay.tinymodels.cli import main as cli_main
-from overlay.tinymodels.corpus import CATEGORIES, documents
-from overlay.tinymodels.recipes import HeavyRecipe, RandomRecipe
-from overlay.tinymodels.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, load_tokenizer
 
 QWEN_MTP_NAMES = {
     "mtp.fc.weight", "mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
@@ -59,16 +59,17 @@ def test_unknown_kind_names_the_closest(tmp_path: Path) -> None:
 
 
 def test_cli_list_and_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["list", "--json", "--root", str(tmp_path)]) == 0
+    (tmp_path / "overlays").mkdir()
+    assert overlay_main(["--root", str(tmp_path), "models", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["version"] == 1
     assert [row["kind"] for row in listed["kinds"]] == list(KINDS)
     assert not any(row["built"] for row in listed["kinds"])
-    assert cli_main(["build", "llama-draft-random", "--root", str(tmp_path), "-q"]) == 0
+    assert overlay_main(["--root", str(tmp_path), "-q", "models", "build", "llama-draft-random"]) == 0
     printed = Path(capsys.readouterr().out.strip())
     assert printed == model_dir("llama-draft-random", root=tmp_path)
     assert (printed / "model.safetensors").is_file()
-    assert cli_main(["build", "qwen3_5-rand", "--root", str(tmp_path)]) == 2
+    assert overlay_main(["--root", str(tmp_path), "models", "build", "qwen3_5-rand"]) == 2
     assert "did you mean 'qwen3_5-random'" in capsys.readouterr().err
 
 
@@ -273,7 +274,7 @@ def test_qwen3_5_mtp_head_is_accepted(mlx_python: Interpreter) -> None:
     """The trained MTP head drafts tokens the target accepts (reference speculative loop, greedy, k=1 and 3).
 
     Builds qwen3_5-mtp into the repository cache (minutes the first time)."""
-    from overlay.tinymodels.tokenizer import train_tokenizer
+    from overlay.check.models.tokenizer import train_tokenizer
 
     path = build("qwen3_5-mtp", root=REPO, python=mlx_python.python)
     tokenizer = train_tokenizer()

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from overlay.envs import Arm
+from overlay.check.envs import Arm
+from overlay.core.mechanism import BOOLEAN_METRICS, Flag, Mechanism
+from overlay.core.series import Patch
 from overlay.errors import OverlayError
-from overlay.mechanism import BOOLEAN_METRICS, Flag, Mechanism
-from overlay.series import Patch
 
 TOLERANCE = 1e-6  # absolute, per step: counts are exact integers averaged over the census steps
 # Relative noise floors of the metrics read from an allocator, not counted: which buffers are alive at a high-water

@@ -1,6 +1,6 @@
 """`overlay check ENGINE`: the patched engine against the stock one, side by side, with numbers.
 
-Arms: stock (the pinned artifact) and patched (our wheel), each pip-installed in its own cached venv (overlay.envs)
+Arms: stock (the pinned artifact) and patched (our wheel), each pip-installed in its own cached venv (overlay.check.envs)
 and driven in fresh subprocesses; a second stock arm run ("stock-b", fresh processes of the same venv) gives the noise
 floor. Speed repetitions are interleaved (stock, patched, stock-b, then rotated), after a warm-up inside each process.
 The mechanism census (overlay.check.census) counts, per declared ``Overlay-Mechanism``, stock vs patched in the
@@ -20,20 +20,21 @@ from typing import Any
 
 import numpy as np
 
-from overlay.archive_policy import MemberPolicy
-from overlay.build import apply_engine, load_engine_series
 from overlay.check import census as census_mod
 from overlay.check import stats
+from overlay.check.adapter import EngineAdapter, Models
+from overlay.check.envs import Arm, arm_env
 from overlay.check.surface import compare, wheel_surface
-from overlay.engines import EngineAdapter, Models, get_adapter
-from overlay.envs import Arm, arm_env
+from overlay.core.archive_policy import MemberPolicy
+from overlay.core.build import apply_engine
+from overlay.core.fetch import fetch_artifact
+from overlay.core.manifest import Manifest, load_engine
+from overlay.core.series import Patch, load_engine_series
+from overlay.core.wheels import read_wheel
 from overlay.errors import CheckFailed, UsageError
-from overlay.fetch import fetch_artifact
 from overlay.fsutil import atomic_write_json, atomic_write_text, owned_scratch
-from overlay.manifest import Manifest, load_engine
+from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
-from overlay.series import Patch
-from overlay.wheels import read_wheel
 
 REPORT_VERSION = 1
 CLASS_ORDER = {"exact": 0, "lossless": 1, "approximate": 2}
@@ -65,7 +66,7 @@ class CheckOptions:
 
 
 def reports_dir(root: Path) -> Path:
-    return root / "build" / "reports"
+    return layout(root).reports
 
 
 def series_class(patches: Sequence[Patch]) -> str:
@@ -78,7 +79,7 @@ def series_class(patches: Sequence[Patch]) -> str:
 
 
 def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models) -> tuple[list[dict[str, Any]], list[list[int]]]:
-    from overlay import tinymodels
+    from overlay.check import models as tinymodels
 
     prompts: list[dict[str, Any]] = [{"category": c, "text": t} for c, t in tinymodels.all_prompts()]
     res = adapter.run(arm, {"task": "tokenize", "model": str(models.target), "prompts": [p["text"] for p in prompts]})
@@ -89,7 +90,7 @@ def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models) -> tuple[list[d
 
 def teacher_sequences(adapter: EngineAdapter, arm: Arm, models: Models, *, positions: int, seq_len: int) -> list[list[int]]:
     """Token sequences from the built-in corpus (a held-out seed), enough for ``positions`` scored positions."""
-    from overlay.tinymodels import corpus
+    from overlay.check.models import corpus
 
     docs = corpus.documents(max(64, positions // 40), seed=7_777)
     ids = adapter.run(arm, {"task": "tokenize", "model": str(models.target), "prompts": docs})["ids"]
@@ -300,7 +301,7 @@ def _wheel_of(arm: Arm) -> dict[str, str]:
     return {"wheel": arm.wheel.name, "version": arm.version}
 
 
-def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = None) -> dict[str, Any]:
+def run_check(*, root: Path, options: CheckOptions, adapter: EngineAdapter, reporter: Reporter | None = None) -> dict[str, Any]:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, options.engine)
     series = load_engine_series(root, manifest)
@@ -313,7 +314,6 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
     if options.patch is not None and options.patch not in series.names:
         raise UsageError(f"--patch {options.patch!r} is not in the {manifest.name} series",
                          tip=f"patches: {', '.join(series.names)}")
-    adapter = get_adapter(options.engine)
     artifact = manifest.upstream.primary
     stock_wheel = fetch_artifact(root, manifest, artifact, reporter=reporter)
     patched_build = apply_engine(root=root, engine=options.engine, reporter=reporter)
@@ -379,7 +379,7 @@ def run_check(*, root: Path, options: CheckOptions, reporter: Reporter | None = 
     _mechanism(report, gates, root=root, adapter=adapter, stock=stock, patched=patched, patches=patches, models=models,
                options=options, reporter=reporter)
     tasks = adapter.tasks()
-    with owned_scratch(root / "build" / "tmp", f"check-{manifest.name}") as tmp:
+    with owned_scratch(layout(root).tmp, f"check-{manifest.name}") as tmp:
         prompts, prompt_ids = prompt_set(adapter, stock, models)
         runs: dict[str, dict[str, Any]] = {}
         if "greedy" in tasks:

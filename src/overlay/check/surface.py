@@ -13,7 +13,7 @@ import configparser
 from dataclasses import dataclass
 from typing import Any
 
-from overlay.patching import MemoryTree
+from overlay.core.patching import MemoryTree
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "apply the series strictly and build the patched wheel; prints the wheel path last"
@@ -38,7 +38,7 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.build import apply_engine
+    from overlay.core.build import apply_engine
 
     root = resolve_root(args)
     result = apply_engine(

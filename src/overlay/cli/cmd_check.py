@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = ("check the patched engine against the stock one: outputs, logits, speculation, speed, each patch's mechanism "
@@ -45,10 +45,11 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.extras import require_extra
+    from overlay.core.extras import require_extra
 
     require_extra("check", command="check")  # before overlay.check imports numpy
     from overlay.check.run import CheckOptions, run_check
+    from overlay.engines import get_adapter
     from overlay.errors import CheckFailed
 
     root = resolve_root(args)
@@ -63,7 +64,7 @@ def execute(args: argparse.Namespace) -> int:
         gate_mechanism=args.gate_mechanism,
     )
     try:
-        report = run_check(root=root, options=options, reporter=reporter_for(args))
+        report = run_check(root=root, options=options, adapter=get_adapter(options.engine), reporter=reporter_for(args))
     except CheckFailed as exc:
         failed_report = getattr(exc, "report", None)
         if failed_report is not None:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "make a git worktree (build/worktrees/ENGINE): pinned upstream, then one commit per patch"
@@ -28,7 +28,7 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.stack import checkout
+    from overlay.stack.checkout import checkout
 
     root = resolve_root(args)
     result = checkout(root=root, engine=args.engine, worktree=args.worktree, upto=args.upto, force=args.force,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "download the pinned upstream artifacts, verify sha256, cache them under build/cache"
@@ -22,8 +22,8 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.fetch import fetch_all
-    from overlay.manifest import load_engine
+    from overlay.core.fetch import fetch_all
+    from overlay.core.manifest import load_engine
 
     root = resolve_root(args)
     manifest = load_engine(root, args.engine)

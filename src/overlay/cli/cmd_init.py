@@ -34,8 +34,8 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.cli.main import current_dir
-    from overlay.init import describe, init_repository
+    from overlay.cli.common import current_dir
+    from overlay.upstream.init import describe, init_repository
 
     root: Path | None = args.root
     if root is None or not root.is_absolute():

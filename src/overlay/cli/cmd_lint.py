@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "check trailers, series <-> folder consistency, and that every patch applies exactly at the pin"
@@ -27,8 +27,8 @@ def configure_parser(sub: Any) -> None:
 def execute(args: argparse.Namespace) -> int:
     import sys
 
-    from overlay.lint import lint_engine
-    from overlay.manifest import engine_names, load_engine
+    from overlay.core.lint import lint_engine
+    from overlay.core.manifest import engine_names, load_engine
 
     root = resolve_root(args)
     engines = [args.engine] if args.engine else engine_names(root)
@@ -66,9 +66,9 @@ def _with_locations(root: Any, report: Any, version: str, offline: bool, reporte
     """``--against VERSION``: add the hunk-location check's problems (only for an engine that lints clean)."""
     import dataclasses
 
-    from overlay.build import load_engine_series
-    from overlay.manifest import load_engine
-    from overlay.placement import location_problems
+    from overlay.core.manifest import load_engine
+    from overlay.core.series import load_engine_series
+    from overlay.upstream.placement import location_problems
 
     if not report.ok:
         return report

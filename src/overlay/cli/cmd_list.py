@@ -6,11 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json
+from overlay.core.manifest import engine_names, load_engine
 from overlay.errors import ConfigError, IntegrityError, OverlayError
 from overlay.fsutil import read_json_state
-from overlay.manifest import engine_names, load_engine
+from overlay.paths import layout
 
 HELP = "list engines, their pinned upstream, patch count and last build"
 EXAMPLE = "overlay list --json"
@@ -36,7 +37,7 @@ def _last_build(path: Path, engine: str) -> dict[str, Any] | None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.build import build_dir, load_engine_series
+    from overlay.core.series import load_engine_series
 
     root = resolve_root(args)
     rows: list[dict[str, Any]] = []
@@ -48,7 +49,7 @@ def execute(args: argparse.Namespace) -> int:
             raise  # a link out of the repository is not a state to list past (docs/security.md)
         except OverlayError as exc:
             patches = f"error: {exc.message}"
-        last = _last_build(build_dir(root) / "state" / f"{name}.json", name)
+        last = _last_build(layout(root).state / f"{name}.json", name)
         rows.append({
             "engine": name,
             "distribution": manifest.distribution,

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
+from overlay.progress import Stage
 
 HELP = "list or build the bundled tiny models (random or briefly trained; no downloads)"
 EXAMPLE = "overlay models build llama-target"
@@ -25,16 +29,55 @@ def configure_parser(sub: Any) -> None:
     p.set_defaults(execute=execute)
 
 
+class _StderrReporter:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def step(self, stage: Stage, message: str) -> None:
+        if not self.quiet:
+            print(f"{stage}: {message}", file=sys.stderr, flush=True)
+
+    def advance(self, stage: Stage, done: int, total: int) -> None:
+        pass
+
+
 def execute(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from overlay.extras import require_extra
+    from overlay.core.extras import require_extra
 
-    require_extra("check", command="models")  # before overlay.tinymodels imports numpy
-    from overlay.tinymodels.cli import run_build, run_list
-
+    require_extra("check", command="models")  # before overlay.check.models imports numpy
     root = resolve_root(args)
     if args.models_command == "build":
         python = args.python or ("stock" if importlib.util.find_spec("mlx") is None else None)
-        return run_build(root=root, kind=args.kind, seed=args.seed, python=python, quiet=args.verbosity < 0)
-    return run_list(root=root, as_json=args.json)
+        return _build(root=root, kind=args.kind, seed=args.seed, python=python, quiet=args.verbosity < 0)
+    return _list(root=root, as_json=args.json)
+
+
+def _build(*, root: Path, kind: str, seed: int, python: str | None, quiet: bool) -> int:
+    from overlay.check.models.builder import build, stock_mlx_python
+
+    reporter = _StderrReporter(quiet)
+    interp: Path | None = None
+    if python == "stock":
+        interp = stock_mlx_python(root, reporter=reporter)
+    elif python:
+        interp = Path(python)
+    print(build(kind, root=root, seed=seed, python=interp, reporter=reporter))
+    return 0
+
+
+def _list(*, root: Path, as_json: bool) -> int:
+    from overlay.check.models.builder import is_built, model_dir
+    from overlay.check.models.recipes import KINDS, is_trained
+
+    rows = [{"kind": kind, "trained": is_trained(kind), "description": recipe.description,
+             "dir": str(model_dir(kind, root=root)), "built": is_built(kind, root=root)}
+            for kind, recipe in KINDS.items()]
+    if as_json:
+        print(json.dumps({"version": 1, "kinds": rows}, indent=2))
+        return 0
+    for row in rows:
+        flag = "trained" if row["trained"] else "random "
+        print(f"{row['kind']:<20} {flag}  {row['description']}  [{'built' if row['built'] else 'not built'}]")
+    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = ("record the git commit the pinned release was built from, after checking that its tree holds the wheel's "
@@ -30,7 +30,7 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.pin import pin_commit
+    from overlay.upstream.pin import pin_commit
 
     root = resolve_root(args)
     res = pin_commit(root=root, engine=args.engine, commit=args.commit, git=args.git, dry_run=args.dry_run,

@@ -26,8 +26,13 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.cli.main import resolve_root
-    from overlay.provenance import read_from_installed, read_from_wheel, summary_lines, verify_against_root
+    from overlay.cli.common import resolve_root
+    from overlay.core.provenance import (
+        read_from_installed,
+        read_from_wheel,
+        summary_lines,
+        verify_against_root,
+    )
 
     target = Path(args.target)
     if args.target.endswith(".whl") or target.is_file():

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = ("move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict "
@@ -43,8 +43,8 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay import rebase as rb
     from overlay.errors import ConflictError, UsageError
+    from overlay.upstream import rebase as rb
 
     root = resolve_root(args)
     rep = reporter_for(args)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "regenerate patches/ENGINE from the checkout worktree (unchanged commits keep their bytes)"
@@ -29,7 +29,7 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.stack import refresh
+    from overlay.stack.refresh import refresh
 
     root = resolve_root(args)
     r = refresh(root=root, engine=args.engine, worktree=args.worktree, force=args.force, dry_run=args.dry_run,

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.main import resolve_root
+from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "what upstream changed between two releases in the functions and classes our patches touch, and a range-diff"
@@ -31,7 +31,8 @@ def configure_parser(sub: Any) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.review import review, summary_lines, to_json
+    from overlay.upstream.review import review
+    from overlay.upstream.review_model import summary_lines, to_json
 
     root = resolve_root(args)
     result = review(

@@ -16,8 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from overlay import __version__
-from overlay.errors import OverlayError, UsageError
-from overlay.manifest import find_root
+from overlay.errors import OverlayError
 
 
 def command_modules() -> list[ModuleType]:
@@ -57,29 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE
-
-
-def current_dir(*, needed_for: str = "finding the overlay repository") -> Path:
-    """``Path.cwd()``, or a UsageError when the working directory was deleted (or moved away) under us."""
-    try:
-        return Path.cwd()
-    except FileNotFoundError:
-        raise UsageError(
-            f"the current directory no longer exists (deleted or moved away); it is needed for {needed_for}",
-            tip="cd into the overlay repository again, or pass --root DIR as an absolute path",
-        ) from None
-
-
-def resolve_root(args: argparse.Namespace) -> Path:
-    root: Path | None = args.root
-    if root is not None:
-        if not root.is_absolute():
-            root = current_dir(needed_for=f"the relative --root {root}") / root
-        root = root.resolve()
-        if not (root / "overlays").is_dir():
-            raise UsageError(f"--root {root} has no overlays/ folder")
-        return root
-    return find_root(current_dir())
 
 
 def _stdout_closed(*, debug: bool) -> int:

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from overlay.engines import WORKERS, Models, register
-from overlay.envs import Arm
+from overlay.check.adapter import Models
+from overlay.check.envs import Arm
+from overlay.core.inputs import inside_root
+from overlay.core.manifest import load_engine
+from overlay.engines import WORKERS
 from overlay.errors import UsageError
 from overlay.progress import Reporter
 
@@ -47,16 +50,18 @@ class ExLlamaV3Adapter:
 
 
 def run_patch_tests(root: Path, engine: str, reporter: Reporter) -> dict[str, Any]:
-    """Run tests/engines/<engine>/ (the per-patch stock-vs-patched tests) and summarise the outcome."""
-    folder = root / "tests" / "engines" / engine.replace("-", "_")
-    if not folder.is_dir():
-        return {"ran": False, "reason": f"{folder} does not exist"}
-    reporter.step("check", f"{engine}: running the patch-level differential tests in {folder.relative_to(root)}")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder)],
+    """Run the manifest's ``check.tests`` (the per-patch stock-vs-patched tests) and summarise the outcome."""
+    manifest = load_engine(root, engine)
+    if not manifest.check.tests:
+        return {"ran": False, "reason": f"{manifest.path.name} declares no check.tests"}
+    paths = [inside_root(root, root / t, what=f"{manifest.path.name}: check.tests entry") for t in manifest.check.tests]
+    missing = [str(p.relative_to(root)) for p in paths if not p.exists()]
+    if missing:
+        return {"ran": False, "reason": f"check.tests names what does not exist: {', '.join(missing)}"}
+    shown = " ".join(manifest.check.tests)
+    reporter.step("check", f"{engine}: running the patch-level differential tests in {shown}")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, paths)],
                           cwd=root, capture_output=True, text=True)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    return {"ran": True, "command": f"pytest -q {folder.relative_to(root)}", "exit_code": proc.returncode,
+    return {"ran": True, "command": f"pytest -q {shown}", "exit_code": proc.returncode,
             "summary": tail, "passed": proc.returncode == 0}
-
-
-register("exllamav3")(ExLlamaV3Adapter)

@@ -6,10 +6,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from overlay.check.adapter import Models
 from overlay.check.census import Variant
-from overlay.engines import WORKERS, Models, register
-from overlay.envs import Arm
+from overlay.check.envs import Arm
+from overlay.engines import WORKERS
 from overlay.errors import ExternalCommandError, UsageError
+from overlay.paths import layout
 from overlay.progress import Reporter
 
 DEFAULT_TARGET = "llama-target"
@@ -32,7 +34,7 @@ class MlxLmAdapter:
 
     def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
                target_kind: str | None = None, draft_kind: str | None = None) -> Models:
-        from overlay import tinymodels
+        from overlay.check import models as tinymodels
 
         if model is not None:
             if not (model / "config.json").is_file():
@@ -62,13 +64,13 @@ class MlxLmAdapter:
         draft accepted) and with a never-right drafter (every round rejects and rolls back); decode-token also on a
         4-bit copy of the dense model (quantized weights: fused projections, memory). With --model, that model alone
         (its own drafter, and a never-right copy)."""
-        from overlay import tinymodels
+        from overlay.check import models as tinymodels
         from overlay.check.run import never_right_draft
 
         spec = ("spec-verify-step", "draft-round")
 
         def never(target: Path) -> str:
-            out = root / "build" / "models" / f"census-never-right-{target.name}"
+            out = layout(root).models / f"census-never-right-{target.name}"
             if not (out / "config.json").is_file():
                 never_right_draft(target, out)
             return str(out)
@@ -79,7 +81,7 @@ class MlxLmAdapter:
                     Variant(name=f"{name}, never-right drafter", model=str(models.target),
                             extra=(("draft", never(models.target)),), scenarios=spec))
         def quantized(src: Path) -> str:  # mlx-lm's own convert (4-bit, group 32), in the stock arm
-            out = root / "build" / "models" / f"census-q4g32-{src.name}"
+            out = layout(root).models / f"census-q4g32-{src.name}"
             if not (out / "config.json").is_file():
                 shutil.rmtree(out, ignore_errors=True)
                 proc = arm.run(["-m", "mlx_lm", "convert", "--hf-path", str(src), "--mlx-path", str(out), "-q",
@@ -119,6 +121,3 @@ class MlxLmAdapter:
         if cp > cs and not mp > ms:
             return f"CPU-only increase ({est})"
         return f"Metal would also see it ({est})"
-
-
-register("mlx-lm")(MlxLmAdapter)

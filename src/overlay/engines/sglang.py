@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from overlay.engines import WORKERS, Models, register
+from overlay.check.adapter import Models
+from overlay.check.envs import Arm
+from overlay.engines import WORKERS
 from overlay.engines.exllamav3 import run_patch_tests
-from overlay.envs import Arm
 from overlay.errors import UsageError
 from overlay.progress import Reporter
 
@@ -36,7 +37,7 @@ class SglangAdapter:
 
     def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
                target_kind: str | None = None, draft_kind: str | None = None) -> Models:
-        from overlay import tinymodels
+        from overlay.check import models as tinymodels
 
         if model is not None:
             if not (model / "config.json").is_file():
@@ -58,6 +59,3 @@ class SglangAdapter:
 
     def census_scenarios(self) -> tuple[str, ...]:
         return CENSUS_SCENARIOS
-
-
-register("sglang")(SglangAdapter)

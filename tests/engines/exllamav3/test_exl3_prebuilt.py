@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from overlay.cli.main import main as overlay_main
-from overlay.manifest import load_manifest
+from overlay.core.manifest import load_manifest
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build_exllamav3_ext.py"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 SPEC_BUILD = Path(__file__).parent / "probes" / "spec_build.py"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
 FILES = {"config.json": "{}", "model.safetensors": "weights", "mtp.safetensors": "head", "tokenizer.json": "{}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "fused_quant_memory.py"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_mtp_loading import build_families
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "loading_text_tower.py"
 TOKENS = [1, 5, 9, 13, 17, 21]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from test_spec_mtp import families, text_model  # noqa: F401 - fixtures
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "mac_check.sh"

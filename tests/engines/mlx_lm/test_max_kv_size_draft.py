@@ -13,7 +13,7 @@ from typing import Any
 
 from test_spec_stats import RUN, spec_prompts
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 TOKENS = 64
 WINDOW = 16

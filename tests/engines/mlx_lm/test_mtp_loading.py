@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
 BUILD = PROBES / "mtp_build.py"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
 NEXTN = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa")

@@ -1,6 +1,6 @@
 """The patched MTP head against the reference head of the tiny models (patch mtp-modules).
 
-``qwen3_5-mtp`` (overlay.tinymodels) has an MTP head trained against its frozen target with the reference MLX module
+``qwen3_5-mtp`` (overlay.check.models) has an MTP head trained against its frozen target with the reference MLX module
 ``overlay/tinymodels/mlx_mtp.py`` (docs/models.md). The patched mlx-lm, loading the same checkpoint with keep_mtp,
 must compute the same MTP logits (fp32), and greedy decoding with its drafts must equal stock serial decoding while
 accepting drafts (probes/mtp_reference.py). Slow: building qwen3_5-mtp trains two models (cached under build/models).
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from overlay import tinymodels
-from overlay.envs import Arms
+from overlay.check import models as tinymodels
+from overlay.check.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "mtp_reference.py"
 MAX_TOKENS = 48

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_mtp_loading import TOKENS, build_families
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "mtp_sidecar.py"
 FAMILIES = ("qwen3_5", "qwen3_next", "deepseek_v3")

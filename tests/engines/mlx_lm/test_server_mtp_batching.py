@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
 PROMPTS = ["<5> <9> <13>", "<7> <8> <20> <21> <22>", "<3>"]

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from test_spec_stats import RUN, spec_prompts
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 SIM = Path(__file__).parent / "probes" / "spec_controller_sim.py"
 TOKENS = 64

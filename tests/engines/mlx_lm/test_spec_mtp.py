@@ -12,7 +12,7 @@ Checks (numerics lossless):
   drafter.
 - ``mlx_lm.server --draft-kind mtp --adaptive-draft``: the completion text equals stock serial decoding, the usage
   block reports the acceptance statistics, a per-request ``draft_kind`` is honoured and validated.
-- Slow, with ``overlay.tinymodels``: the trained ``qwen3_5-mtp`` (an MTP head trained against its target) gives
+- Slow, with ``overlay.check.models``: the trained ``qwen3_5-mtp`` (an MTP head trained against its target) gives
   the serial tokens with most drafts accepted.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from test_spec_stats import BUILD, RUN
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
 MTP_BUILD = PROBES / "mtp_build.py"
@@ -134,7 +134,7 @@ def test_mtp_cli_and_server(arms: Arms, text_model: str) -> None:
 
 @pytest.mark.slow
 def test_mtp_trained_head_is_accepted(arms: Arms, repo_root: Path) -> None:
-    tinymodels = pytest.importorskip("overlay.tinymodels")
+    tinymodels = pytest.importorskip("overlay.check.models")
     model = str(tinymodels.build("qwen3_5-mtp", root=repo_root, python=arms.stock.python))
     prompts = [p for c in ("prose", "code", "repetitive") for p in tinymodels.PROMPTS[c][:1]]
     base = {"target": model, "max_tokens": 64}

@@ -14,7 +14,7 @@ from typing import Any
 
 from test_spec_stats import RUN, spec_prompts
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 TOKENS = 64
 PENALTY = {"repetition_penalty": 1.3, "repetition_context_size": 20}

@@ -14,7 +14,7 @@ from typing import Any
 
 from test_spec_mtp import families, text_model  # noqa: F401 - fixtures
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 CACHED = "<5> <9> <13> <17> <21> <25>"
 PROMPT = "<29> <33>"

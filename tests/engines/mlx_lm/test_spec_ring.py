@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from test_spec_stats import RUN, spec_prompts
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 TOKENS = 64
 WINDOWS = (8, 16, 64)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 PROBE = Path(__file__).parent / "probes" / "spec_sampling.py"
 PROMPT = [217, 162, 130, 69, 79]

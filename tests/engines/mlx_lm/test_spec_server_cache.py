@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 SERVER = Path(__file__).parent / "probes" / "spec_server.py"
 TURN1 = "<5> <9> <13> <17> <21>"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from test_spec_stats import RUN, spec_prompts
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 
 def test_rotating_snapshot_restores_its_own_window(arms: Arms, models: dict[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from overlay.envs import Arm, Arms
+from overlay.check.envs import Arm, Arms
 
 PROBES = Path(__file__).resolve().parent / "probes"
 UNIT_CASES = [
@@ -33,14 +33,14 @@ UNIT_CASES = [
     "accept_stats",
 ]
 REPO = Path(__file__).resolve().parents[3]
-RUN_ENGINE = REPO / "src" / "overlay" / "testbackends" / "sglang" / "run_engine.py"
+RUN_ENGINE = REPO / "support" / "testbackends" / "sglang" / "run_engine.py"
 _UNIT_CACHE: dict[Path, dict[str, Any]] = {}
 _ENGINE_CACHE: dict[Path, dict[str, Any]] = {}
 
 
 def tiny_model(kind: str = "llama-random") -> Path:
     """A tiny random HF llama (vocab 512), generated locally and cached under build/models."""
-    from overlay.tinymodels import build
+    from overlay.check.models import build
 
     return Path(build(kind, root=REPO))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sglang_support import REPO
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import json
 import pytest
 from sglang_support import MAX_NEW_TOKENS, PROMPTS, engine_results, tiny_model, tokens
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sglang_support import UnitCases, engine_results, regime_stats, tokens
 
-from overlay.envs import Arms
+from overlay.check.envs import Arms
 
 CHI2_P_1E3 = {15: 37.70}  # chi-square critical value at p = 1e-3
 

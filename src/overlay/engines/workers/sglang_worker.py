@@ -1,7 +1,7 @@
 """Runs inside an SGLang arm (stock or patched venv, CPU engine path) for `overlay check`. Not imported by overlay.
 
 Protocol as the other workers: one JSON request on stdin, one JSON document on stdout. Engines are started with the
-CPU harness (src/overlay/testbackends/sglang/run_engine.py: test infrastructure) so the same settings are used as in
+CPU harness (support/testbackends/sglang/run_engine.py: test infrastructure) so the same settings are used as in
 the per-patch tests. Tasks: tokenize, greedy, logits, spec, speed, cold, census (the mechanism census: see
 task_census and sglang_census_hook.py).
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 T_START = time.time()
-HARNESS = Path(__file__).resolve().parents[2] / "testbackends" / "sglang"
-sys.path.insert(0, str(HARNESS))
 
-import run_engine  # noqa: E402  (test infrastructure: engine settings, AMX forcing for spec runs)
+# test infrastructure (engine settings, AMX forcing for spec runs), on PYTHONPATH through the manifest's
+# runtime.python-path (support/testbackends/sglang in this repository)
+import run_engine  # noqa: E402
 
 
 def _engine(model: str, spec: dict[str, Any] | None = None) -> Any:
@@ -164,7 +164,7 @@ CENSUS_NOT_COUNTED = {"collectives": "one CPU rank: no process group, no collect
                       "cache-hits": "no engine cache entry point is wrapped by the census",
                       "capturable": "the CPU engine path captures no CUDA graph (disable_cuda_graph); no capture region "
                                     "runs, so capturability is not observed"}
-CENSUS_STANDIN = ("sgl_kernel CPU ops (pure-torch stand-in, src/overlay/testbackends/sglang/site/sgl_kernel) and the "
+CENSUS_STANDIN = ("sgl_kernel CPU ops (pure-torch stand-in, support/testbackends/sglang/site/sgl_kernel) and the "
                   "torchvision stub; attention intel_amx served by the stand-in on spec runs")
 
 

@@ -1,6 +1,6 @@
 """Probe: the patched MTP head on the trained tiny ``qwen3_5-mtp`` against the reference head, and greedy drafting.
 
-Payload: {"model": model dir, "reference": folder holding ``mlx_mtp.py`` (overlay.tinymodels' reference MLX head),
+Payload: {"model": model dir, "reference": folder holding ``mlx_mtp.py`` (overlay.check.models' reference MLX head),
 "prompts": [text, ...] (encoded with the model's tokenizer), "max_tokens": N, "k": [draft lengths]}.
 
 Result:

@@ -1,0 +1,594 @@
+"""Replay a series from one upstream tree onto another, classifying every patch (the engine of rebase and review).
+
+A scratch git repository holds both upstream trees as root commits made with the tool's fixed identity (so the old
+one has the id ``overlay checkout`` gives the pinned base, and the new one the id it will give once the new release
+is pinned), the old series as commits on the old tree, and the rebased series as commits on the new tree. Each patch
+is tried, in this order:
+
+``obsolete``   a file it changes is gone from the new tree (git's rename detection names where it went);
+``clean``      it applies exactly, at the same lines;
+``offset``     it applies exactly (every context line), at other lines;
+``upstreamed`` its reverse applies (exactly or at other lines): the new tree already contains the change;
+``merged``     a real 3-way merge (``git cherry-pick``: base = the old tree with the earlier patches, ours = the new
+               tree with the earlier rebased patches, theirs = the patch's commit) resolves it;
+``upstreamed`` that merge leaves nothing to commit: upstream made an equivalent change;
+``conflict``   that merge conflicts: the work tree holds git's conflict markers.
+
+``clean``, ``offset`` and ``merged`` patches are committed with the patch's own author, date and message; a
+``conflict`` or ``obsolete`` patch leaves the repository with the attempt in its work tree for a person to finish.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from overlay.core.patching import DirTree, MemoryTree, apply_patch
+from overlay.core.series import Patch, parse_patch_bytes
+from overlay.errors import ConflictError, ExternalCommandError, PatchError
+from overlay.git import ops as gitops
+from overlay.progress import NullReporter, Reporter
+from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch
+from overlay.upstream.astmap import HunkMove, hunk_moves
+from overlay.upstream.relocate import HunkPlacement, relocate_patch, reverse_patch
+
+PatchClass = Literal["clean", "offset", "merged", "conflict", "upstreamed", "obsolete"]
+CLASSES: tuple[PatchClass, ...] = ("clean", "offset", "merged", "conflict", "upstreamed", "obsolete")
+Resolution = Literal["auto", "pending", "user", "dropped", "skipped"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one patch of the old series."""
+
+    name: str  # the patch file name in the old series
+    subject: str
+    cls: PatchClass
+    detail: str
+    old_commit: str
+    resolution: Resolution = "auto"
+    commit: str | None = None  # the rebased commit; None when dropped or not resolved yet
+    offsets: tuple[HunkPlacement, ...] = ()
+    renames: tuple[tuple[str, str, int], ...] = ()  # (old path, new path, similarity %)
+    gone: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    moved: tuple[HunkMove, ...] = ()
+    kept_bytes: bool = False  # the rebased commit's diff is byte-identical to the old one: the file is kept
+    new_name: str | None = None
+    # a dry run's conflict: the patch's own ("own"), or only there because earlier conflicts were left out
+    # ("inherited": it does not conflict once those take their own side, as a person's resolution would)
+    conflict_kind: Literal["own", "inherited"] | None = None
+    inherited_from: tuple[str, ...] = ()
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolution != "pending"
+
+    @property
+    def dropped(self) -> bool:
+        return self.resolved and self.commit is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "new_name": self.new_name,
+            "subject": self.subject,
+            "class": self.cls,
+            "detail": self.detail,
+            "resolution": self.resolution,
+            "old_commit": self.old_commit,
+            "commit": self.commit,
+            "kept_bytes": self.kept_bytes,
+            "offsets": [
+                {"path": p.path, "hunk": p.index, "from": p.old_start, "to": p.found_start, "offset": p.offset}
+                for p in self.offsets
+            ],
+            "renames": [{"from": a, "to": b, "similarity": s} for a, b, s in self.renames],
+            "gone": list(self.gone),
+            "conflicts": list(self.conflicts),
+            "moved_hunks": [m.to_json() for m in self.moved],
+            "conflict_kind": self.conflict_kind,
+            "inherited_from": list(self.inherited_from),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Outcome:
+        return cls(
+            name=d["name"],
+            new_name=d.get("new_name"),
+            subject=d["subject"],
+            cls=d["class"],
+            detail=d["detail"],
+            resolution=d["resolution"],
+            old_commit=d["old_commit"],
+            commit=d.get("commit"),
+            kept_bytes=bool(d.get("kept_bytes")),
+            offsets=tuple(HunkPlacement(path=o["path"], index=o["hunk"], old_start=o["from"], found_start=o["to"])
+                          for o in d.get("offsets", [])),
+            renames=tuple((r["from"], r["to"], int(r["similarity"])) for r in d.get("renames", [])),
+            gone=tuple(d.get("gone", [])),
+            conflicts=tuple(d.get("conflicts", [])),
+            moved=tuple(HunkMove(path=m["path"], index=m["hunk"], before=tuple(m["before"]), after=tuple(m["after"]))
+                        for m in d.get("moved_hunks", [])),
+            conflict_kind=d.get("conflict_kind"),
+            inherited_from=tuple(d.get("inherited_from", [])),
+        )
+
+
+@dataclass
+class Workspace:
+    """The scratch repository of one replay (see the module docstring)."""
+
+    repo: Path
+    old_base: str
+    new_base: str
+    old_commits: tuple[str, ...]
+    new_version: str
+    renames: dict[str, tuple[str, int]] = field(default_factory=dict)  # old path -> (new path, similarity %)
+
+    def head(self) -> str:
+        return gitops.out(["rev-parse", "HEAD"], cwd=self.repo)
+
+
+BASE_DATE = "Tue, 1 Jan 1980 00:00:00 +0000"  # gitops.TOOL_IDENTITY's date, in fast-import's rfc2822 format
+
+
+class _Stream:
+    """A ``git fast-import`` stream: blobs and commits written in one git process, no work tree involved."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.next_mark = 1
+        self.blobs: dict[bytes, int] = {}
+
+    def _mark(self) -> int:
+        self.next_mark += 1
+        return self.next_mark - 1
+
+    def blob(self, data: bytes) -> int:
+        if data in self.blobs:
+            return self.blobs[data]
+        mark = self.blobs[data] = self._mark()
+        self.parts += [b"blob\nmark :%d\ndata %d\n" % (mark, len(data)), data, b"\n"]
+        return mark
+
+    def commit(
+        self, ref: str, *, author: str, author_date: str, committer: str, committer_date: str, message: str,
+        parent: int | None, changes: list[bytes],
+    ) -> int:
+        mark = self._mark()
+        msg = message.encode("utf-8")
+        head = (f"commit {ref}\nmark :{mark}\nauthor {author} {author_date}\ncommitter {committer} {committer_date}\n"
+                f"data {len(msg)}\n").encode()
+        self.parts += [head, msg, b"\n"]
+        if parent is not None:
+            self.parts.append(b"from :%d\n" % parent)
+        self.parts += [*changes, b"\n"]
+        return mark
+
+    def ref(self, ref: str, mark: int) -> None:
+        self.parts.append(f"reset {ref}\nfrom :{mark}\n\n".encode())
+
+
+def _path_bytes(path: str) -> bytes:
+    """A path as fast-import reads it: verbatim, or C-quoted when it starts with a quote or holds a newline."""
+    if not (path.startswith('"') or "\n" in path):
+        return path.encode("utf-8")
+    quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return ('"' + quoted + '"').encode("utf-8")
+
+
+def _whole_tree(stream: _Stream, files: dict[str, bytes], executable: set[str] | None = None) -> list[bytes]:
+    exe = executable or set()
+    return [b"deleteall\n"] + [
+        b"M %s :%d %s\n" % (b"100755" if p in exe else b"100644", stream.blob(d), _path_bytes(p))
+        for p, d in sorted(files.items())
+    ]
+
+
+def _tool_ident() -> str:
+    t = gitops.TOOL_IDENTITY
+    return f"{t['GIT_AUTHOR_NAME']} <{t['GIT_AUTHOR_EMAIL']}>"
+
+
+def _patch_ident(patch: Patch) -> tuple[str, str]:
+    name, addr = email.utils.parseaddr(patch.author)
+    date = patch.date or BASE_DATE
+    return f"{name or addr} <{addr}>", date
+
+
+def import_tree(repo: Path, files: dict[str, bytes], message: str) -> str:
+    """Commit ``files`` as a root commit with the tool's fixed identity: the commit ``overlay checkout`` makes."""
+    stream = _Stream()
+    mark = stream.commit("refs/overlay/import", author=_tool_ident(), author_date=BASE_DATE, committer=_tool_ident(),
+                         committer_date=BASE_DATE, message=_cleaned(message), parent=None,
+                         changes=_whole_tree(stream, files))
+    return _run_stream(repo, stream)[mark]
+
+
+def _cleaned(message: str) -> str:
+    """What ``git commit -m`` stores: trailing whitespace stripped from lines, one final newline."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _run_stream(repo: Path, stream: _Stream) -> dict[int, str]:
+    marks = repo / ".git" / "overlay-marks"
+    gitops.run(["fast-import", "--quiet", "--date-format=rfc2822", f"--export-marks={marks}"], cwd=repo,
+               input=b"".join(stream.parts) + b"done\n")
+    out = {}
+    for line in marks.read_text().splitlines():
+        mark, sha = line.split()
+        out[int(mark[1:])] = sha
+    marks.unlink()
+    return out
+
+
+def prepare(
+    repo: Path,
+    *,
+    old_files: dict[str, bytes],
+    old_message: str,
+    new_files: dict[str, bytes],
+    new_message: str,
+    patches: Sequence[Patch],
+    new_version: str,
+    reporter: Reporter | None = None,
+) -> Workspace:
+    """Make the scratch repository: old tree + old series (branch ``old``), new tree checked out (branch ``rebased``).
+
+    Everything is written by one ``git fast-import``: the two trees as root commits with the tool's fixed identity
+    (the ids ``overlay checkout`` gives them), and the old series applied exactly, in memory, one commit per patch
+    with the patch's author, date and message. Only the new tree is then checked out.
+    """
+    reporter = reporter or NullReporter()
+    gitops.init(repo)
+    gitops.run(["config", "rerere.enabled", "false"], cwd=repo)
+    gitops.run(["config", "merge.conflictStyle", "diff3"], cwd=repo)
+    tool = _tool_ident()
+    stream = _Stream()
+    old_mark = stream.commit("refs/heads/old", author=tool, author_date=BASE_DATE, committer=tool,
+                             committer_date=BASE_DATE, message=_cleaned(old_message), parent=None,
+                             changes=_whole_tree(stream, old_files))
+    tree = MemoryTree(dict(old_files))
+    marks: list[int] = []
+    parent = old_mark
+    for patch in patches:
+        try:
+            applied = apply_patch(tree, patch)
+        except PatchError as exc:
+            raise PatchError(exc.message, tip="the series must apply exactly at the pinned base before a rebase: "
+                             "run `overlay lint` and fix it first") from None
+        changes: list[bytes] = []
+        for fd, af in zip(patch.files, applied.files):
+            if fd.kind == "rename" and fd.old_path and fd.old_path != af.path:
+                changes.append(b"D %s\n" % _path_bytes(fd.old_path))
+            if af.kind == "delete":
+                changes.append(b"D %s\n" % _path_bytes(af.path))
+            else:
+                data = tree.read(af.path) or b""
+                mode = b"100755" if tree.is_executable(af.path) else b"100644"
+                changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), _path_bytes(af.path)))
+        author, date = _patch_ident(patch)
+        parent = stream.commit("refs/heads/old", author=author, author_date=date, committer=tool, committer_date=date,
+                               message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
+                               parent=parent, changes=changes)
+        marks.append(parent)
+    new_mark = stream.commit("refs/heads/rebased", author=tool, author_date=BASE_DATE, committer=tool,
+                             committer_date=BASE_DATE, message=_cleaned(new_message), parent=None,
+                             changes=_whole_tree(stream, new_files))
+    stream.ref("refs/tags/overlay/old-base", old_mark)
+    stream.ref("refs/tags/overlay/new-base", new_mark)
+    ids = _run_stream(repo, stream)
+    gitops.run(["symbolic-ref", "HEAD", "refs/heads/rebased"], cwd=repo)
+    gitops.run(["reset", "-q", "--hard", "refs/heads/rebased"], cwd=repo)
+    reporter.step("rebase", f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches")
+    ws = Workspace(repo=repo, old_base=ids[old_mark], new_base=ids[new_mark], old_commits=tuple(ids[m] for m in marks),
+                   new_version=new_version)
+    ws.renames = upstream_renames(repo, ws.old_base, ws.new_base)
+    return ws
+
+
+def upstream_renames(repo: Path, old: str, new: str) -> dict[str, tuple[str, int]]:
+    """Files git sees renamed between two trees: old path -> (new path, similarity %)."""
+    raw = gitops.run(["diff", "-M", "--name-status", "-z", "--diff-filter=R", old, new], cwd=repo).stdout
+    parts = raw.decode("utf-8", "surrogateescape").split("\0")
+    out: dict[str, tuple[str, int]] = {}
+    i = 0
+    while i + 2 < len(parts) and parts[i]:
+        status, a, b = parts[i], parts[i + 1], parts[i + 2]
+        out[a] = (b, int(status[1:] or 0))
+        i += 3
+    return out
+
+
+def read_blobs(repo: Path, specs: Sequence[str]) -> list[bytes | None]:
+    """Contents of ``rev:path`` specs in one ``git cat-file --batch`` call (None for a missing one)."""
+    if not specs:
+        return []
+    raw = gitops.run(["cat-file", "--batch"], cwd=repo, input="".join(s + "\n" for s in specs).encode()).stdout
+    out: list[bytes | None] = []
+    pos = 0
+    for _spec in specs:
+        eol = raw.index(b"\n", pos)
+        header = raw[pos:eol].split()
+        pos = eol + 1
+        if len(header) < 3 or header[1] != b"blob":
+            out.append(None)
+            continue
+        size = int(header[2])
+        out.append(raw[pos : pos + size])
+        pos += size + 1
+    return out
+
+
+def commit_patch(repo: Path, patch: Patch) -> str:
+    """Apply ``patch`` strictly to the work tree, stage only the paths it touches, commit it as the patch."""
+    apply_patch(DirTree(repo), patch)
+    gitops.run(["add", "-A", "-f", "--", *patch.paths], cwd=repo)
+    return commit_as_patch(repo, patch)
+
+
+def commit_patch_bytes(repo: Path, commit: str) -> bytes:
+    return gitops.run([*FORMAT_PATCH_ARGS, "-1", "--stdout", commit], cwd=repo).stdout
+
+
+def same_diff(repo: Path, a: str, b: str) -> bool:
+    """Whether two commits make byte-identical changes (same paths, same blobs before and after)."""
+    out = gitops.run(["diff-tree", "--stdin", "-p", "-M", "--full-index"], cwd=repo, input=f"{a}\n{b}\n".encode()).stdout
+    head_b = out.find(b"\n" + b.encode() + b"\n")
+    if not out.startswith(a.encode() + b"\n") or head_b < 0:
+        raise ExternalCommandError(f"git diff-tree --stdin gave unexpected output for {a[:12]} {b[:12]}")
+    return out[len(a) + 1 : head_b + 1] == out[head_b + len(b) + 2 :]
+
+
+def _touched_tree(repo: Path, rev: str, patch: Patch) -> MemoryTree:
+    paths = list(patch.paths)
+    blobs = read_blobs(repo, [f"{rev}:{p}" for p in paths])
+    return MemoryTree({p: b for p, b in zip(paths, blobs) if b is not None})
+
+
+def _try(tree_files: MemoryTree, patch: Patch) -> bool:
+    try:
+        apply_patch(MemoryTree(dict(tree_files.files)), patch)
+    except PatchError:
+        return False
+    return True
+
+
+def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | None = None) -> Outcome:
+    """Classify patch ``index`` (0-based) on the current HEAD; commit it when it resolves by itself."""
+    reporter = reporter or NullReporter()
+    repo = ws.repo
+    old_commit = ws.old_commits[index]
+    base = Outcome(name=patch.name, subject=patch.subject, cls="clean", detail="", old_commit=old_commit)
+    tree = _touched_tree(repo, "HEAD", patch)
+    missing = [fd.old_path for fd in patch.files
+               if fd.kind in ("modify", "rename", "copy") and fd.old_path and tree.read(fd.old_path) is None]
+    if missing:
+        renames = tuple((p, *ws.renames[p]) for p in missing if p in ws.renames)
+        gone = tuple(p for p in missing if p not in ws.renames)
+        words = [f"{a} was renamed to {b} upstream (similarity {s}%)" for a, b, s in renames]
+        words += [f"{p} no longer exists in {ws.new_version} (no rename detected)" for p in gone]
+        conflicts: tuple[str, ...] = ()
+        if renames and not gone:
+            ok, conflicts = _cherry_pick(repo, old_commit)
+            words.append("git carried the change over to the new path (staged); check it" if ok
+                         else f"git's attempt to carry it over conflicts in {', '.join(conflicts)}")
+        return dataclasses.replace(base, cls="obsolete", resolution="pending", detail="; ".join(words),
+                                   renames=renames, gone=gone, conflicts=conflicts)
+    if _try(tree, patch):
+        commit = commit_patch(repo, patch)
+        return _finish(ws, patch, dataclasses.replace(base, cls="clean", detail="applies exactly", commit=commit))
+    try:
+        relocated, placements = relocate_patch(tree, patch)
+        moved = tuple(p for p in placements if p.offset)
+        if moved and _try(tree, relocated):
+            commit = commit_patch(repo, relocated)
+            detail = "applies exactly at other lines: " + ", ".join(
+                f"{p.path} hunk #{p.index} {p.offset:+d}" for p in moved[:4]) + (" ..." if len(moved) > 4 else "")
+            return _finish(ws, patch, dataclasses.replace(base, cls="offset", detail=detail, commit=commit, offsets=moved))
+    except PatchError:
+        pass
+    try:
+        rev, _pl = relocate_patch(tree, reverse_patch(patch))
+        if _try(tree, rev):
+            return dataclasses.replace(
+                base, cls="upstreamed", detail=f"reverse-applies on {ws.new_version}: upstream contains the change")
+    except PatchError:
+        pass
+    ok, conflicts = _cherry_pick(repo, old_commit)
+    if not ok:
+        return dataclasses.replace(base, cls="conflict", resolution="pending", conflicts=conflicts,
+                                   detail="3-way merge conflicts in " + ", ".join(conflicts))
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
+    if not staged:
+        clear_pick_state(repo)
+        return dataclasses.replace(
+            base, cls="upstreamed",
+            detail=f"3-way merge leaves no change on {ws.new_version}: upstream made an equivalent change")
+    clear_pick_state(repo)
+    commit = commit_as_patch(repo, patch)
+    return _finish(ws, patch, dataclasses.replace(
+        base, cls="merged", commit=commit, detail=f"3-way merge resolved it ({len(staged)} file{'s' * (len(staged) != 1)})"))
+
+
+def replay_all(
+    ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, take_own: bool = False, reporter: Reporter | None = None
+) -> list[Outcome]:
+    """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on; with
+    ``take_own`` a conflicting patch is instead resolved with its own side of every conflict (``git cherry-pick -X
+    theirs``) and committed, as a person's resolution would be, so the later patches meet it."""
+    reporter = reporter or NullReporter()
+    outcomes: list[Outcome] = []
+    for i, patch in enumerate(patches):
+        out = classify(ws, i, patch, reporter=reporter)
+        reporter.step("rebase", f"[{i + 1}/{len(patches)}] {patch.name}: {out.cls}")
+        outcomes.append(out)
+        if not out.resolved:
+            if stop:
+                break
+            discard_attempt(ws.repo)
+            if take_own and out.cls == "conflict":
+                _take_own_side(ws.repo, out.old_commit, patch)
+    return outcomes
+
+
+def _take_own_side(repo: Path, commit: str, patch: Patch) -> None:
+    proc = gitops.run(["cherry-pick", "--no-commit", "-X", "theirs", commit], cwd=repo, check=False)
+    unmerged = gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo)
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
+    if proc.returncode != 0 or unmerged or not staged:
+        discard_attempt(repo)
+        return
+    clear_pick_state(repo)
+    commit_as_patch(repo, patch)
+
+
+def estimate_conflicts(ws: Workspace, patches: tuple[Patch, ...], outcomes: list[Outcome], *,
+                       reporter: Reporter | None = None) -> list[Outcome]:
+    """A dry run's conflicts told apart: replay the series again from the new tree with each conflicting patch
+    resolved by its own side, and call a conflict ``own`` when it conflicts there too, ``inherited`` (from the
+    earlier conflicting patches that touch its files) when it does not."""
+    if not any(o.cls == "conflict" for o in outcomes):
+        return outcomes
+    discard_attempt(ws.repo)
+    gitops.run(["reset", "-q", "--hard", ws.new_base], cwd=ws.repo)
+    again = replay_all(ws, patches, stop=False, take_own=True, reporter=reporter)
+    out: list[Outcome] = []
+    own: list[tuple[str, frozenset[str]]] = []
+    for o, r, patch in zip(outcomes, again, patches):
+        paths = frozenset(patch.paths)
+        if o.cls == "conflict" and r.cls == "conflict":
+            out.append(dataclasses.replace(o, conflict_kind="own"))
+            own.append((o.name, paths))
+        elif o.cls == "conflict":
+            sources = tuple(n for n, ps in own if ps & paths) or tuple(n for n, _ps in own)
+            out.append(dataclasses.replace(
+                o, conflict_kind="inherited", inherited_from=sources,
+                detail=o.detail + f"; inherited: {r.cls} once {', '.join(n[:4] for n in sources)} "
+                       f"{'is' if len(sources) == 1 else 'are'} resolved"))
+        else:
+            out.append(o)
+            if r.cls == "conflict":
+                own.append((o.name, paths))
+    return out
+
+
+def _cherry_pick(repo: Path, commit: str) -> tuple[bool, tuple[str, ...]]:
+    proc = gitops.run(["cherry-pick", "--no-commit", commit], cwd=repo, check=False)
+    unmerged = tuple(sorted(set(gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo))))
+    if proc.returncode == 0 and not unmerged:
+        return True, ()
+    if not unmerged:
+        raise ExternalCommandError(
+            f"`git cherry-pick {commit[:12]}` failed in {repo}: {proc.stderr.decode('utf-8', 'replace').strip()[-1500:]}"
+        )
+    return False, unmerged
+
+
+def clear_pick_state(repo: Path) -> None:
+    for name in ("CHERRY_PICK_HEAD", "MERGE_MSG", "AUTO_MERGE"):
+        (repo / ".git" / name).unlink(missing_ok=True)
+    gitops.run(["cherry-pick", "--quit"], cwd=repo, check=False)
+
+
+def discard_attempt(repo: Path) -> None:
+    """Throw away whatever a stopped patch left in the work tree and index."""
+    gitops.run(["reset", "-q", "--hard", "HEAD"], cwd=repo)
+    gitops.run(["clean", "-q", "-f", "-d"], cwd=repo)
+    clear_pick_state(repo)
+
+
+def _finish(ws: Workspace, patch: Patch, outcome: Outcome) -> Outcome:
+    """Fill in what only the committed result tells: identical diff (keep the file), hunks that changed symbol."""
+    assert outcome.commit is not None
+    repo = ws.repo
+    if same_diff(repo, outcome.old_commit, outcome.commit):
+        return dataclasses.replace(outcome, kept_bytes=True)
+    new_patch = parse_patch_bytes(commit_patch_bytes(repo, outcome.commit), name=patch.name)
+    moves = location_check(repo, patch, outcome.old_commit, new_patch, outcome.commit,
+                           renames={a: b for a, (b, _s) in ws.renames.items()})
+    return dataclasses.replace(outcome, moved=tuple(moves))
+
+
+def location_check(
+    repo: Path, old_patch: Patch, old_commit: str, new_patch: Patch, new_commit: str, *, renames: dict[str, str]
+) -> list[HunkMove]:
+    """The hunk-location check on two commits of one repository (pre-images read at each commit's parent)."""
+    old_paths = [fd.old_path for fd in old_patch.files if fd.old_path]
+    new_paths = [fd.old_path for fd in new_patch.files if fd.old_path]
+    blobs = read_blobs(repo, [f"{old_commit}^:{p}" for p in old_paths] + [f"{new_commit}^:{p}" for p in new_paths])
+    old_pre = dict(zip(old_paths, blobs[: len(old_paths)]))
+    new_pre = dict(zip(new_paths, blobs[len(old_paths):]))
+    return hunk_moves(old_patch, old_pre.get, new_patch, new_pre.get, renames=renames)
+
+
+CONFLICT_MARKERS = (b"<<<<<<< ", b">>>>>>> ", b"||||||| ")
+
+
+def resolve_stopped(
+    ws: Workspace, patch: Patch, stopped: Outcome, recorded_head: str, *, skip: bool, engine: str = "ENGINE"
+) -> Outcome:
+    """Take the user's resolution of a stopped patch (``--continue``), or drop it (``--skip``).
+
+    Everything in the work tree counts as the resolution (it is staged with ``git add -A``; a conflicted file needs no
+    ``git add`` once its conflict markers are gone). An empty result drops
+    the patch. A commit the user made on top of the stop point is taken too (re-committed with the patch's author,
+    date and message).
+    """
+    repo = ws.repo
+    if skip:
+        gitops.run(["reset", "-q", "--hard", recorded_head], cwd=repo)
+        gitops.run(["clean", "-q", "-f", "-d"], cwd=repo)
+        clear_pick_state(repo)
+        return dataclasses.replace(stopped, resolution="skipped", commit=None)
+    head = ws.head()
+    if head != recorded_head:
+        made = gitops.out(["rev-list", f"{recorded_head}..HEAD"], cwd=repo).split()
+        parents = gitops.out(["rev-list", "--parents", "-n", "1", "HEAD"], cwd=repo).split()[1:]
+        if len(made) != 1 or parents != [recorded_head]:
+            raise ConflictError(
+                f"{repo}: HEAD moved from the stop point {recorded_head[:12]} by {len(made)} commits; --continue takes "
+                "the work tree (or one commit on top of the stop point) as the resolution",
+                tip=f"squash your commits into one (git reset --soft {recorded_head[:12]}), then --continue",
+            )
+        gitops.run(["reset", "-q", "--soft", recorded_head], cwd=repo)
+    unmerged = sorted(set(gitops.z_paths(["diff", "--name-only", "-z", "--diff-filter=U"], cwd=repo)))
+    marked = [m for m in (_first_marker(repo, p) for p in unmerged) if m]
+    if marked:
+        raise ConflictError(
+            f"{stopped.name} still has unresolved conflicts: {'; '.join(marked)} (in {repo})",
+            tip=f"edit the files until no conflict markers are left, then `overlay rebase {engine} --continue` (or "
+            "--skip to drop the patch, --abort to give up)",
+        )
+    gitops.run(["add", "-A", "--", "."], cwd=repo)
+    staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
+    marked = [m for m in (_first_marker(repo, p) for p in staged) if m]
+    if marked:
+        raise ConflictError(f"conflict markers are left in {'; '.join(marked)} (in {repo})",
+                            tip=f"finish resolving, then `overlay rebase {engine} --continue`")
+    if not staged:
+        clear_pick_state(repo)
+        return dataclasses.replace(stopped, resolution="dropped", commit=None)
+    clear_pick_state(repo)
+    commit = commit_as_patch(repo, patch)
+    done = dataclasses.replace(stopped, resolution="user", commit=commit)
+    return _finish(ws, patch, done)
+
+
+def _first_marker(repo: Path, path: str) -> str:
+    """``path:line`` of the first conflict marker left in a work-tree file ('' when there is none)."""
+    target = repo / path
+    if not target.is_file():
+        return ""
+    for lineno, line in enumerate(target.read_bytes().splitlines(), start=1):
+        if line.startswith(CONFLICT_MARKERS):
+            return f"{path}:{lineno}"
+    return ""
