@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from overlay.core.patching import MemoryTree, apply_patch
-from overlay.core.pin_edit import Edit, apply_edits
+from overlay.core.pin_edit import Edit, apply_edits, replace_tables
 from overlay.core.series import parse_patch_bytes
 from overlay.errors import ConfigError, PatchError
 from overlay.git.objects import tree_id
@@ -92,10 +93,36 @@ def test_toml_edits_keep_comments_and_layout() -> None:
         Edit("upstream.artifacts", "url", "file:///x/a-1.1.whl", index=0),
     ], where="m.toml")
     assert out == MANIFEST.replace('version = "1.0"   #', 'version = "1.1"   #').replace(
-        'commit = "0123456789012345678901234567890123456789"', "# commit: unknown for 1.1").replace(
+        'commit = "0123456789012345678901234567890123456789"\n', "").replace(
+        "[upstream]\n", "[upstream] # commit: unknown for 1.1\n").replace(
         'sha256 = "bb"', 'sha256 = "cc"').replace('sha256 = "aa"\n', 'sha256 = "aa"\nurl = "file:///x/a-1.1.whl"\n')
-    with pytest.raises(ConfigError, match="not a one-line string"):
-        apply_edits('[upstream]\nversion = """1.0"""\n', [Edit("upstream", "version", "2")], where="m.toml")
+
+
+def test_toml_edits_follow_the_structure_not_the_lines() -> None:
+    """A multi-line string that holds a table header and a key is data: the regex editor used to edit inside it."""
+    tricky = MANIFEST.replace('name = "demo"\n', 'name = "demo"\nnotes = """\n[upstream.artifacts]\nsha256 = "aa"\n'
+                                                  'version = "1.0"\n"""\n')
+    out = apply_edits(tricky, [Edit("upstream", "version", "2"), Edit("upstream.artifacts", "sha256", "dd", index=0)],
+                      where="m.toml")
+    assert '"""\n[upstream.artifacts]\nsha256 = "aa"\nversion = "1.0"\n"""' in out
+    doc = tomllib.loads(out)
+    assert doc["upstream"]["version"] == "2" and doc["upstream"]["artifacts"][0]["sha256"] == "dd"
+    assert apply_edits('[upstream]\nversion = """1.0"""\n', [Edit("upstream", "version", "2")], where="m") == \
+        '[upstream]\nversion = "2"\n'
+    with pytest.raises(ConfigError, match=r"\[\[upstream.artifacts\]\] has 2 entries; entry 5"):
+        apply_edits(MANIFEST, [Edit("upstream.artifacts", "sha256", "x", index=5)], where="m.toml")
+    with pytest.raises(ConfigError, match="m.toml: not valid TOML"):
+        apply_edits("[upstream\n", [Edit("upstream", "version", "2")], where="m.toml")
+
+
+def test_artifact_tables_are_replaced_when_the_release_has_other_files() -> None:
+    out = replace_tables(MANIFEST, "upstream.artifacts",
+                         [{"filename": f"a-1.1-{i}.whl", "sha256": f"{i}" * 4} for i in range(3)],
+                         where="m.toml", comment="3 files of 1.1")
+    doc = tomllib.loads(out)
+    assert [a["filename"] for a in doc["upstream"]["artifacts"]] == ["a-1.1-0.whl", "a-1.1-1.whl", "a-1.1-2.whl"]
+    assert out.startswith(MANIFEST.split("[[upstream.artifacts]]")[0])  # everything above the tables as it was
+    assert "[[upstream.artifacts]] # 3 files of 1.1\n" in out
 
 
 MODULE = textwrap.dedent(
@@ -231,3 +258,24 @@ def test_fast_import_gives_checkout_s_commit_ids(tmp_path: Path) -> None:
     assert sorted(gitops.out(["ls-files"], cwd=ws.repo).splitlines()) == sorted(
         ['"\\"quoted.py"', "dir with space/b.py", "e/empty", "pkg/a.py"])
     assert (ws.repo / "dir with space" / "b.py").read_bytes() == b"y = 2\n"
+
+
+def test_a_release_with_other_files_is_pinned_whole(tmp_path: Path) -> None:
+    """The regex editor could not add or remove an [[upstream.artifacts]] table, so rebase refused such a release."""
+    from overlay.core.manifest import Artifact, load_manifest
+    from overlay.upstream.rebase import edited_manifest
+
+    src = Path(__file__).resolve().parents[1] / "overlays" / "sglang.toml"
+    path = tmp_path / "sglang.toml"
+    path.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    manifest = load_manifest(path)
+    assert len(manifest.upstream.artifacts) > 1
+    new = (Artifact(filename="sglang-0.5.24-py3-none-any.whl", sha256="ab" * 32),)
+    text = edited_manifest(manifest, "0.5.24", new, None)
+    path.write_text(text, encoding="utf-8")
+    moved = load_manifest(path)
+    assert moved.upstream.version == "0.5.24"
+    assert [a.filename for a in moved.upstream.artifacts] == ["sglang-0.5.24-py3-none-any.whl"]
+    assert f"1 files of 0.5.24 (`overlay rebase`; 0.5.23 had {len(manifest.upstream.artifacts)})" in text
+    assert text.split("[[upstream.artifacts]]")[0].split("[upstream]")[0] == \
+        src.read_text(encoding="utf-8").split("[upstream]")[0]  # the rest of the file as it was

@@ -1,27 +1,30 @@
-"""Edit values of a manifest in place, keeping its comments, order and layout (no TOML re-serialisation).
+"""Edit a manifest's values through a TOML parser (tomlkit), keeping its comments, order and layout.
 
-Only single-line basic-string values are edited (``key = "value"  # comment``); anything else is refused, so a
-reviewer's diff of a re-pinned manifest shows exactly the changed values.
+Values are found by the TOML structure, never by scanning lines, so a multi-line string that happens to hold
+``[upstream.artifacts]`` or ``version = "..."`` is data, not a table or a key. A value keeps its trailing comment
+when it is replaced; a removed key leaves its reason as a comment on its table's header line; the
+``[[upstream.artifacts]]`` tables can be replaced as a whole (a release whose set of files changed).
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import AoT, Item, Table
 
 from overlay.errors import ConfigError
-
-_TABLE = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.-]+)\s*\]\]?\s*(#.*)?$")
-_KEYVAL = re.compile(r'^(?P<indent>\s*)(?P<key>[A-Za-z0-9_-]+)(?P<eq>\s*=\s*)(?P<value>"(?:[^"\\]|\\.)*")(?P<rest>\s*(#.*)?)$')
-_ANYKEY = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*=")
 
 
 @dataclass(frozen=True)
 class Edit:
     """Set (or with ``value`` None, remove) ``key`` in table ``table``; ``index`` picks the n-th ``[[table]]``.
 
-    ``comment`` replaces a removed line (a ``# ...`` line in its place), so the file says why the key went.
+    ``comment`` says why a removed key went (a comment on the table's header line, so the file keeps the reason).
     """
 
     table: str
@@ -35,59 +38,77 @@ def toml_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def apply_edits(text: str, edits: list[Edit], *, where: str) -> str:
-    """Return ``text`` with ``edits`` applied. A key that is absent is added after the last key of its table."""
-    lines = text.splitlines(keepends=True)
-    table = ""
-    idx: int | None = None
-    counts: dict[str, int] = {}
-    pending = {(e.table, e.index, e.key): e for e in edits}
-    out: list[str] = []
-    last_key: dict[tuple[str, int | None], int] = {}  # (table, index) -> position in out after its last key line
-    for lineno, line in enumerate(lines, start=1):
-        m = _TABLE.match(line)
-        if m:
-            table = m.group(2)
-            if m.group(1) == "[[":
-                counts[table] = counts.get(table, -1) + 1
-                idx = counts[table]
-            else:
-                idx = None
-            out.append(line)
-            last_key[(table, idx)] = len(out)
-            continue
-        km = _ANYKEY.match(line)
-        if km:
-            edit = pending.pop((table, idx, km.group(1)), None)
-            if edit is not None:
-                kv = _KEYVAL.match(line.rstrip("\r\n"))
-                if kv is None:
-                    raise ConfigError(
-                        f"{where}:{lineno}: cannot edit {table}.{edit.key} in place: its value is not a one-line string",
-                        tip='write it as key = "value" on one line',
-                    )
-                eol = line[len(line.rstrip("\r\n")) :]
-                if edit.value is None:
-                    if edit.comment:
-                        out.append(f"{kv.group('indent')}# {edit.comment}{eol}")
-                else:
-                    out.append(
-                        f"{kv.group('indent')}{kv.group('key')}{kv.group('eq')}{toml_string(edit.value)}{kv.group('rest')}{eol}"
-                    )
-                last_key[(table, idx)] = len(out)
-                continue
-            out.append(line)
-            last_key[(table, idx)] = len(out)
-            continue
-        out.append(line)
-    inserts: list[tuple[int, str]] = []
-    for e in pending.values():
-        if e.value is None:
-            continue
-        pos = last_key.get((e.table, e.index))
-        if pos is None:
-            raise ConfigError(f"{where}: no table [{e.table}] to add {e.key} to")
-        inserts.append((pos, f"{e.key} = {toml_string(e.value)}\n"))
-    for pos, line in sorted(inserts, reverse=True):
-        out.insert(pos, line)
-    return "".join(out)
+def _parse(text: str, where: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except tomlkit.exceptions.TOMLKitError as exc:
+        raise ConfigError(f"{where}: not valid TOML ({exc})", tip="fix the file by hand, then run the command again") from None
+
+
+def _table(doc: tomlkit.TOMLDocument, edit: Edit, where: str) -> Table:
+    node: Any = doc
+    for part in edit.table.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+        if node is None:
+            raise ConfigError(f"{where}: no table [{edit.table}] to edit {edit.key} in")
+    if isinstance(node, AoT):
+        if edit.index is None or not 0 <= edit.index < len(node):
+            raise ConfigError(f"{where}: [[{edit.table}]] has {len(node)} entries; entry {edit.index} does not exist")
+        node = node[edit.index]
+    elif edit.index is not None:
+        raise ConfigError(f"{where}: [{edit.table}] is one table, not an array of tables [[{edit.table}]]")
+    if not isinstance(node, Table):
+        raise ConfigError(f"{where}: {edit.table} is not a table")
+    return node
+
+
+def _note(table: Table, comment: str) -> None:
+    old = table.trivia.comment.removeprefix("#").strip()
+    table.comment(f"{old}; {comment}" if old else comment)
+
+
+def _replace(table: Table, key: str, value: str) -> None:
+    new: Item = tomlkit.string(value)
+    old = table.get(key)
+    if isinstance(old, Item) and old.trivia.comment:
+        new.trivia.comment_ws = old.trivia.comment_ws
+        new.trivia.comment = old.trivia.comment
+    table[key] = new
+
+
+def apply_edits(text: str, edits: Sequence[Edit], *, where: str) -> str:
+    """Return ``text`` with ``edits`` applied. A key that is absent is added at the end of its table."""
+    doc = _parse(text, where)
+    for edit in edits:
+        table = _table(doc, edit, where)
+        if edit.value is not None:
+            _replace(table, edit.key, edit.value)
+        elif edit.key in table:
+            del table[edit.key]
+            if edit.comment:
+                _note(table, edit.comment)
+    return tomlkit.dumps(doc)
+
+
+def replace_tables(text: str, table: str, rows: Sequence[dict[str, str]], *, where: str, comment: str = "") -> str:
+    """Return ``text`` with the array of tables ``[[table]]`` replaced by ``rows`` (in order), e.g. the artifacts
+    of a release whose files differ from the pinned one's. ``comment`` goes on the first new table's header."""
+    doc = _parse(text, where)
+    parent: Any = doc
+    *path, leaf = table.split(".")
+    for part in path:
+        parent = parent.get(part)
+        if not isinstance(parent, Table | tomlkit.TOMLDocument):
+            raise ConfigError(f"{where}: no table [{'.'.join(path)}] to hold [[{table}]]")
+    if not isinstance(parent.get(leaf), AoT):
+        raise ConfigError(f"{where}: [[{table}]] is not an array of tables")
+    aot = tomlkit.aot()
+    for i, row in enumerate(rows):
+        t = tomlkit.table()
+        for key, value in row.items():
+            t[key] = value
+        if i == 0 and comment:
+            t.comment(comment)
+        aot.append(t)
+    parent[leaf] = aot
+    return tomlkit.dumps(doc)

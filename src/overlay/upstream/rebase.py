@@ -33,7 +33,7 @@ from packaging.version import Version
 
 from overlay.core.inputs import read_inside
 from overlay.core.manifest import Artifact, Manifest, check_engine_name, load_engine, load_manifest
-from overlay.core.pin_edit import Edit, apply_edits
+from overlay.core.pin_edit import Edit, apply_edits, replace_tables
 from overlay.core.series import Patch, load_engine_series, parse_patch_bytes, render_series
 from overlay.errors import ConfigError, UsageError
 from overlay.fsutil import (
@@ -555,15 +555,20 @@ def edited_manifest(manifest: Manifest, version: str, artifacts: tuple[Artifact,
         edits.append(Edit("upstream", "commit", None,
                           comment=f"commit: unknown for {version}; `overlay rebase` dropped {old.commit} ({old.version}). "
                           "Set it when established (`apply --source git` needs it)."))
-    if len(artifacts) != len(old.artifacts):
-        raise ConfigError(f"{manifest.path}: {len(old.artifacts)} artifacts pinned, {len(artifacts)} found for {version}")
-    for i, (a, b) in enumerate(zip(old.artifacts, artifacts)):
-        edits.append(Edit("upstream.artifacts", "filename", b.filename, index=i))
-        edits.append(Edit("upstream.artifacts", "sha256", b.sha256, index=i))
-        if b.url or a.url:
-            edits.append(Edit("upstream.artifacts", "url", b.url, index=i,
-                              comment=None if b.url else "url: removed by `overlay rebase` (the new artifact is on the index)"))
-    text = apply_edits(manifest.path.read_text(encoding="utf-8"), edits, where=str(manifest.path))
+    text = manifest.path.read_text(encoding="utf-8")
+    if len(artifacts) == len(old.artifacts):  # the same set of files: edit each table in place (its comments stay)
+        for i, (a, b) in enumerate(zip(old.artifacts, artifacts)):
+            edits.append(Edit("upstream.artifacts", "filename", b.filename, index=i))
+            edits.append(Edit("upstream.artifacts", "sha256", b.sha256, index=i))
+            if b.url or a.url:
+                edits.append(Edit("upstream.artifacts", "url", b.url, index=i,
+                                  comment=None if b.url else "url: removed by `overlay rebase` (the new artifact is on the index)"))
+    else:  # the release has more or fewer files than the pinned one: the artifact tables are written anew
+        rows = [{"filename": b.filename, "sha256": b.sha256, **({"url": b.url} if b.url else {})} for b in artifacts]
+        text = replace_tables(text, "upstream.artifacts", rows, where=str(manifest.path),
+                              comment=f"{len(artifacts)} files of {version} (`overlay rebase`; {old.version} had "
+                                      f"{len(old.artifacts)})")
+    text = apply_edits(text, edits, where=str(manifest.path))
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / manifest.path.name
         probe.write_text(text, encoding="utf-8")
