@@ -290,3 +290,18 @@ def test_lint_against_another_release(rworld: World, cli) -> None:
     r = cli(*root, "lint", "demo", "--against", "1.3.0")
     assert r.code == 3 and "against 1.3.0: patch 0003-engine-run-accumulates-explicitly.patch" in r.err
     assert "matches nowhere" in r.err and "--dry-run" in r.err
+
+
+def test_json_output_is_the_report_file(rworld: World, cli) -> None:
+    """`rebase --json` printed a document built without the state (no bases, no upstream status, no from artifacts)."""
+    add_patches(rworld, ["util", "clean", "conflict"])
+    release = make_release(rworld)
+    r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--json")
+    assert r.code == 3, r.err
+    printed = json.loads(r.out)
+    written = json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())
+    assert printed == written
+    assert printed["bases"] is not None and all("upstream_status" in p for p in printed["patches"][:2])
+    r = cli("--root", str(rworld.root), "rebase", "demo", "--json")  # the status of the stopped rebase
+    assert r.code in (0, 3), r.err
+    assert json.loads(r.out)["bases"] == written["bases"]

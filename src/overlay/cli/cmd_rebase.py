@@ -79,7 +79,7 @@ def execute(args: argparse.Namespace) -> int:
             raise UsageError(f"no rebase of {args.engine} is in progress", tip="start one with --to VERSION")
         result = current
     if args.json:
-        emit_json(rb.report_json(result))
+        emit_json(dict(result.document) if result.document is not None else rb.report_json(result))
     else:
         print_table(result)
         skipped = [o.name for o in result.outcomes if o.resolution == "skipped"]

@@ -24,8 +24,8 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +98,8 @@ class RebaseResult:
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()  # Overlay-Requires that a dropped or skipped patch broke (lint refuses them)
     review: tuple[str, ...] = ()  # why the rebase stopped before publishing (status "review")
+    # the report as written to build/reports/ENGINE-rebase.json (`--json` prints this same document)
+    document: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def stopped(self) -> Outcome | None:
@@ -781,7 +783,7 @@ def _result(
     root: Path, state: dict[str, Any], outcomes: list[Outcome], patches: tuple[Patch, ...], status: Status,
     repo: Path | None, *, series: tuple[str, ...] = (),
 ) -> RebaseResult:
-    return RebaseResult(
+    result = RebaseResult(
         engine=state["engine"],
         from_version=state["from"]["version"],
         to_version=state["to"]["version"],
@@ -796,6 +798,7 @@ def _result(
         warnings=_requires_warnings(outcomes, patches),
         review=tuple(state.get("review", ())) if status == "review" else (),
     )
+    return replace(result, document=report_json(result, patches, state))
 
 
 def _requires_warnings(outcomes: Sequence[Outcome], patches: tuple[Patch, ...]) -> tuple[str, ...]:
@@ -837,4 +840,4 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
 
 
 def _write_report(root: Path, state: dict[str, Any], result: RebaseResult, patches: tuple[Patch, ...]) -> None:
-    atomic_write_json(report_path(root, state["engine"]), report_json(result, patches, state))
+    atomic_write_json(report_path(root, state["engine"]), dict(result.document or report_json(result, patches, state)))
