@@ -27,6 +27,7 @@ from overlay.core.manifest import Manifest
 from overlay.errors import ExternalCommandError, UsageError
 from overlay.fsutil import file_lock, sha256_file
 from overlay.paths import layout
+from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
 
 READY = ".overlay-ready"
@@ -122,8 +123,8 @@ def _base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def _run(cmd: list[str], what: str, env: Mapping[str, str] | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+def _run(cmd: list[str], what: str, reporter: Reporter, env: Mapping[str, str] | None = None) -> None:
+    proc = run_step(cmd, reporter=reporter, stage="env", what=what, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise ExternalCommandError(
             f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-3000:]}",
@@ -157,12 +158,11 @@ def deps_env(root: Path, manifest: Manifest, *, reporter: Reporter | None = None
         if (venv / READY).is_file():
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-        reporter.step("env", f"creating {venv.name} ({len(reqs)} requirements)")
-        _run([_base_python(), "-m", "venv", str(venv)], f"creating the venv {venv}")
+        _run([_base_python(), "-m", "venv", str(venv)], f"creating {venv.name} ({len(reqs)} requirements)", reporter)
         try:
             if reqs:
                 _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
-                     f"installing {manifest.name} runtime requirements into {venv.name}")
+                     f"installing {manifest.name} runtime requirements into {venv.name}", reporter)
             (venv / READY).write_text(json.dumps({"requirements": reqs}) + "\n")
         except BaseException:
             shutil.rmtree(venv, ignore_errors=True)
@@ -190,15 +190,14 @@ def arm_env(
     with file_lock(venvs_dir(root) / f".{venv.name}.lock"):
         if not (venv / READY).is_file():
             shutil.rmtree(venv, ignore_errors=True)
-            reporter.step("env", f"installing {wheel.name} into {venv.name}")
-            _run([_base_python(), "-m", "venv", "--without-pip", str(venv)], f"creating the venv {venv}")
+            _run([_base_python(), "-m", "venv", "--without-pip", str(venv)], f"creating the venv {venv.name}", reporter)
             try:
                 site = _site_packages(venv)
                 (site / "_overlay_deps.pth").write_text(str(_site_packages(deps).resolve()) + "\n")  # .pth: absolute
                 _run(
                     [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
                      "--no-deps", "--no-index", "--no-compile", str(wheel)],
-                    f"installing {wheel.name} into {venv.name}",
+                    f"installing {wheel.name} into {venv.name}", reporter,
                 )
                 (venv / READY).write_text(json.dumps({"wheel": wheel.name, "sha256": digest}) + "\n")
             except BaseException:

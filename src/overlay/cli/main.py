@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
                         help="no progress lines")
-    parser.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, help="more progress")
+    parser.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, help="stream the output of long steps (pip, venvs, builds, compiles) as they run")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in command_modules():
         mod.configure_parser(sub)

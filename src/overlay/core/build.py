@@ -37,6 +37,7 @@ from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, Pa
 from overlay.fsutil import atomic_write_json, owned_scratch, publish_file, safe_relpath
 from overlay.git import ops as gitops
 from overlay.paths import layout
+from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
 
 Source = Literal["pypi", "git"]
@@ -218,8 +219,7 @@ def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratc
         target.write_bytes(data)
     values = {"python": py, "tree": str(tree_dir), "out": str(out), "info": str(info), "root": str(root)}
     command = [part.format(**values) for part in manifest.prebuilt.command]
-    reporter.step("build", f"prebuilt: {' '.join(command)}")
-    proc = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    proc = run_step(command, reporter=reporter, stage="build", what=f"prebuilt: {' '.join(command)}", cwd=root)
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout).strip()[-2500:]
         cls = UsageError if proc.returncode == 2 else ExternalCommandError
@@ -283,12 +283,10 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
 
 def build_wheel_from_tree(src: Path, out: Path, reporter: Reporter) -> Path:
     """Build a wheel with the project's own build backend (`python -m build --wheel`)."""
-    reporter.step("build", f"python -m build --wheel {src.name}")
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
+    proc = run_step(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)],
-        capture_output=True,
-        text=True,
+        reporter=reporter, stage="build", what=f"python -m build --wheel {src.name}",
         env={**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")},
     )
     if proc.returncode != 0:

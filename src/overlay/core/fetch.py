@@ -8,7 +8,6 @@ import http.client
 import os
 import re
 import shutil
-import subprocess
 import sys
 import urllib.parse
 import urllib.request
@@ -21,6 +20,7 @@ from overlay.core.manifest import Artifact, Manifest
 from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, UsageError
 from overlay.fsutil import owned_scratch, publish_file, sha256_file
 from overlay.paths import layout
+from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
 
 
@@ -64,8 +64,7 @@ def fetch_artifact(
             reporter.step("fetch", f"{artifact.filename}: downloading from {artifact.url}")
             got = _download_url(artifact, scratch)
         else:
-            reporter.step("fetch", f"{artifact.filename}: downloading through pip")
-            got = _download_pip(manifest, artifact, scratch)
+            got = _download_pip(manifest, artifact, scratch, reporter)
         digest = sha256_file(got)
         if digest != artifact.sha256:
             raise IntegrityError(
@@ -151,9 +150,9 @@ def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
     return args
 
 
-def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path) -> Path:
+def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path, reporter: Reporter) -> Path:
     args = [sys.executable, "-m", "pip", *pip_download_args(manifest, artifact), "--dest", str(scratch)]
-    proc = subprocess.run(args, capture_output=True, text=True)
+    proc = run_step(args, reporter=reporter, stage="fetch", what=f"{artifact.filename}: downloading through pip")
     missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
     if missing is not None:
         raise ConfigError(

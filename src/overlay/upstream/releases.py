@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from overlay.core.fetch import (
 from overlay.core.manifest import Artifact, Manifest, artifact_name_parts
 from overlay.errors import ExternalCommandError, IntegrityError, UsageError
 from overlay.fsutil import atomic_write_json, owned_scratch, publish_file, sha256_file
+from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
 
 
@@ -185,8 +185,7 @@ def _resolve_one(
             reporter.step("fetch", f"{name}: downloading from {url}")
             got = _download_url(Artifact(filename=name, sha256="0" * 64, url=url), scratch, origin="--url")
         else:
-            reporter.step("fetch", f"{target.distribution} {target.upstream.version}: downloading through pip")
-            got = _download_pip(target, old, scratch)
+            got = _download_pip(target, old, scratch, reporter)
         _check_name(target, got.name, wheel=old.is_wheel)
         sha = sha256_file(got)
         artifact = Artifact(filename=got.name, sha256=sha, url=url)
@@ -198,11 +197,12 @@ def _resolve_one(
     return artifact, dest
 
 
-def _download_pip(target: Manifest, old: Artifact, scratch: Path) -> Path:
+def _download_pip(target: Manifest, old: Artifact, scratch: Path, reporter: Reporter) -> Path:
     out = scratch / "pip"
     out.mkdir()
     args = [sys.executable, "-m", "pip", *pip_download_args(target, old), "--dest", str(out)]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    proc = run_step(args, reporter=reporter, stage="fetch",
+                    what=f"{target.distribution} {target.upstream.version}: downloading through pip")
     missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
     if missing is not None:
         raise UsageError(
