@@ -388,7 +388,7 @@ def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tupl
 def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
     stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import overlay.upstream.rebase as rb
+    import overlay.upstream.rebase.publishing as rb
 
     world, before = stopped_rebase
     root = ["--root", str(world.root)]
@@ -418,7 +418,7 @@ def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
 def test_abort_undoes_an_interrupted_publish_even_from_a_corrupt_state(
     stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import overlay.upstream.rebase as rb
+    import overlay.upstream.rebase.publishing as rb
 
     world, before = stopped_rebase
     root = ["--root", str(world.root)]

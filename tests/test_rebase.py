@@ -243,7 +243,7 @@ def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
 
 
 def test_continue_after_an_interrupted_run(rworld: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    import overlay.upstream.rebase as rb
+    import overlay.upstream.rebase.run as rb
 
     add_patches(rworld, ["util", "clean"])
     release = make_release(rworld)
