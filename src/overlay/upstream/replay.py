@@ -31,6 +31,15 @@ from overlay.core.patching import DirTree, MemoryTree, apply_patch
 from overlay.core.series import Patch, parse_patch_bytes
 from overlay.errors import ConflictError, ExternalCommandError, PatchError
 from overlay.git import ops as gitops
+from overlay.git.fastimport import (
+    BASE_DATE,
+    Stream,
+    cleaned_message,
+    path_bytes,
+    run_stream,
+    tool_ident,
+    whole_tree,
+)
 from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch
 from overlay.upstream.astmap import HunkMove, hunk_moves
@@ -134,100 +143,10 @@ class Workspace:
         return gitops.out(["rev-parse", "HEAD"], cwd=self.repo)
 
 
-BASE_DATE = "Tue, 1 Jan 1980 00:00:00 +0000"  # gitops.TOOL_IDENTITY's date, in fast-import's rfc2822 format
-
-
-class _Stream:
-    """A ``git fast-import`` stream: blobs and commits written in one git process, no work tree involved."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.next_mark = 1
-        self.blobs: dict[bytes, int] = {}
-
-    def _mark(self) -> int:
-        self.next_mark += 1
-        return self.next_mark - 1
-
-    def blob(self, data: bytes) -> int:
-        if data in self.blobs:
-            return self.blobs[data]
-        mark = self.blobs[data] = self._mark()
-        self.parts += [b"blob\nmark :%d\ndata %d\n" % (mark, len(data)), data, b"\n"]
-        return mark
-
-    def commit(
-        self, ref: str, *, author: str, author_date: str, committer: str, committer_date: str, message: str,
-        parent: int | None, changes: list[bytes],
-    ) -> int:
-        mark = self._mark()
-        msg = message.encode("utf-8")
-        head = (f"commit {ref}\nmark :{mark}\nauthor {author} {author_date}\ncommitter {committer} {committer_date}\n"
-                f"data {len(msg)}\n").encode()
-        self.parts += [head, msg, b"\n"]
-        if parent is not None:
-            self.parts.append(b"from :%d\n" % parent)
-        self.parts += [*changes, b"\n"]
-        return mark
-
-    def ref(self, ref: str, mark: int) -> None:
-        self.parts.append(f"reset {ref}\nfrom :{mark}\n\n".encode())
-
-
-def _path_bytes(path: str) -> bytes:
-    """A path as fast-import reads it: verbatim, or C-quoted when it starts with a quote or holds a newline."""
-    if not (path.startswith('"') or "\n" in path):
-        return path.encode("utf-8")
-    quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return ('"' + quoted + '"').encode("utf-8")
-
-
-def _whole_tree(stream: _Stream, files: dict[str, bytes], executable: set[str] | None = None) -> list[bytes]:
-    exe = executable or set()
-    return [b"deleteall\n"] + [
-        b"M %s :%d %s\n" % (b"100755" if p in exe else b"100644", stream.blob(d), _path_bytes(p))
-        for p, d in sorted(files.items())
-    ]
-
-
-def _tool_ident() -> str:
-    t = gitops.TOOL_IDENTITY
-    return f"{t['GIT_AUTHOR_NAME']} <{t['GIT_AUTHOR_EMAIL']}>"
-
-
 def _patch_ident(patch: Patch) -> tuple[str, str]:
     name, addr = email.utils.parseaddr(patch.author)
     date = patch.date or BASE_DATE
     return f"{name or addr} <{addr}>", date
-
-
-def import_tree(repo: Path, files: dict[str, bytes], message: str) -> str:
-    """Commit ``files`` as a root commit with the tool's fixed identity: the commit ``overlay checkout`` makes."""
-    stream = _Stream()
-    mark = stream.commit("refs/overlay/import", author=_tool_ident(), author_date=BASE_DATE, committer=_tool_ident(),
-                         committer_date=BASE_DATE, message=_cleaned(message), parent=None,
-                         changes=_whole_tree(stream, files))
-    return _run_stream(repo, stream)[mark]
-
-
-def _cleaned(message: str) -> str:
-    """What ``git commit -m`` stores: trailing whitespace stripped from lines, one final newline."""
-    lines = [line.rstrip() for line in message.splitlines()]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines) + "\n"
-
-
-def _run_stream(repo: Path, stream: _Stream) -> dict[int, str]:
-    marks = repo / ".git" / "overlay-marks"
-    gitops.run(["fast-import", "--quiet", "--date-format=rfc2822", f"--export-marks={marks}"], cwd=repo,
-               input=b"".join(stream.parts) + b"done\n")
-    out = {}
-    for line in marks.read_text().splitlines():
-        mark, sha = line.split()
-        out[int(mark[1:])] = sha
-    marks.unlink()
-    return out
 
 
 def prepare(
@@ -251,11 +170,11 @@ def prepare(
     gitops.init(repo)
     gitops.run(["config", "rerere.enabled", "false"], cwd=repo)
     gitops.run(["config", "merge.conflictStyle", "diff3"], cwd=repo)
-    tool = _tool_ident()
-    stream = _Stream()
+    tool = tool_ident()
+    stream = Stream()
     old_mark = stream.commit("refs/heads/old", author=tool, author_date=BASE_DATE, committer=tool,
-                             committer_date=BASE_DATE, message=_cleaned(old_message), parent=None,
-                             changes=_whole_tree(stream, old_files))
+                             committer_date=BASE_DATE, message=cleaned_message(old_message), parent=None,
+                             changes=whole_tree(stream, old_files))
     tree = MemoryTree(dict(old_files))
     marks: list[int] = []
     parent = old_mark
@@ -268,24 +187,24 @@ def prepare(
         changes: list[bytes] = []
         for fd, af in zip(patch.files, applied.files):
             if fd.kind == "rename" and fd.old_path and fd.old_path != af.path:
-                changes.append(b"D %s\n" % _path_bytes(fd.old_path))
+                changes.append(b"D %s\n" % path_bytes(fd.old_path))
             if af.kind == "delete":
-                changes.append(b"D %s\n" % _path_bytes(af.path))
+                changes.append(b"D %s\n" % path_bytes(af.path))
             else:
                 data = tree.read(af.path) or b""
                 mode = b"100755" if tree.is_executable(af.path) else b"100644"
-                changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), _path_bytes(af.path)))
+                changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), path_bytes(af.path)))
         author, date = _patch_ident(patch)
         parent = stream.commit("refs/heads/old", author=author, author_date=date, committer=tool, committer_date=date,
                                message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
                                parent=parent, changes=changes)
         marks.append(parent)
     new_mark = stream.commit("refs/heads/rebased", author=tool, author_date=BASE_DATE, committer=tool,
-                             committer_date=BASE_DATE, message=_cleaned(new_message), parent=None,
-                             changes=_whole_tree(stream, new_files))
+                             committer_date=BASE_DATE, message=cleaned_message(new_message), parent=None,
+                             changes=whole_tree(stream, new_files))
     stream.ref("refs/tags/overlay/old-base", old_mark)
     stream.ref("refs/tags/overlay/new-base", new_mark)
-    ids = _run_stream(repo, stream)
+    ids = run_stream(repo, stream)
     gitops.run(["symbolic-ref", "HEAD", "refs/heads/rebased"], cwd=repo)
     gitops.run(["reset", "-q", "--hard", "refs/heads/rebased"], cwd=repo)
     reporter.step("rebase", f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches")
