@@ -241,8 +241,8 @@ def test_fast_import_gives_checkout_s_commit_ids(tmp_path: Path) -> None:
     """The scratch repository's base commits (one git fast-import) have the ids checkout's commits (git add +
     git commit with the tool's identity) have, odd path names included."""
     from overlay.git import ops as gitops
-    from overlay.stack.checkout import write_base_commit
     from overlay.git.fastimport import import_tree
+    from overlay.stack.checkout import write_base_commit
     from overlay.upstream.replay import prepare
 
     files = {"pkg/a.py": b"x = 1\n", "dir with space/b.py": b"y = 2\n", '"quoted.py': b"z\n", "e/empty": b""}
