@@ -32,7 +32,7 @@ def configure_parser(sub: Any) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from overlay.upstream.review import review
-    from overlay.upstream.review_model import summary_lines, to_json
+    from overlay.upstream.review.model import summary_lines, to_json
 
     root = resolve_root(args)
     result = review(

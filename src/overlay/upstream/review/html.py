@@ -14,7 +14,7 @@ from overlay import __version__
 
 if TYPE_CHECKING:
     from overlay.upstream.astmap import SymbolChange
-    from overlay.upstream.review_model import RangeDiffEntry, ReviewResult, TouchedSymbol
+    from overlay.upstream.review.model import RangeDiffEntry, ReviewResult, TouchedSymbol
 
 CSS = """
 :root { --add: #e6ffec; --del: #ffebe9; --addw: #abf2bc; --delw: #ffc0b8; --mute: #6e7781; --line: #d0d7de; }
