@@ -65,7 +65,11 @@ def test_the_installed_wheel_starts_a_patch_repository_and_builds_a_patched_engi
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Name: engine-overlay\n" in meta and "License-Expression: Apache-2.0\n" in meta
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert not any(n.startswith(("tests/", "patches/", "overlays/")) for n in names)
+    assert not any(n.startswith(("tests/", "patches/", "overlays/", "support/")) for n in names)
+    assert not any("testbackends" in n or "/fixtures/" in n for n in names), "stand-ins or fixtures in the wheel"
+    assert any(n.startswith("overlay/schemas/") and n.endswith(".schema.json") for n in names)
+    cwc = Path(sys.executable).parent / "check-wheel-contents"
+    _run(cwc, tool_wheel, cwd=tmp_path)  # no duplicates, no stray top-level modules, no __pycache__
     requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     core = [r for r in requires if "extra ==" not in r]
     assert not any(m in r for r in core for m in ("numpy", "safetensors", "tokenizers", "rich")), core

@@ -39,6 +39,8 @@ from overlay.git import ops as gitops
 from overlay.paths import layout
 from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
+from overlay.schemas.documents import ArtifactSource, GitSource
+from overlay.schemas.documents import Provenance as ProvenanceDoc
 
 Source = Literal["pypi", "git"]
 
@@ -48,7 +50,7 @@ class BuildResult:
     wheel: Path
     version: str
     patches: tuple[Patch, ...]
-    provenance: dict[str, Any]
+    provenance: ProvenanceDoc
 
 
 _OUT_TIP = "pass --out DIR naming a folder you can write to (it is created when missing)"
@@ -112,7 +114,7 @@ def apply_engine(
                 contents = _patched_from_wheel(manifest, path, patches, reporter)
             else:
                 contents = _patched_from_sdist(manifest, path, patches, scratch, reporter)
-            source_info: dict[str, Any] = {"kind": "artifact", "filename": artifact.filename}
+            source_info: ArtifactSource | GitSource = {"kind": "artifact", "filename": artifact.filename}
             prov_artifact = artifact
         elif source == "git":
             url = gitops.check_url(git_url or manifest.upstream.git,

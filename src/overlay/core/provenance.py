@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
@@ -18,9 +18,11 @@ from overlay import __version__
 from overlay.core.manifest import Artifact, Manifest
 from overlay.core.series import Patch, series_hash
 from overlay.errors import IntegrityError, UsageError
+from overlay.schemas.documents import ArtifactSource, GitSource
+from overlay.schemas.documents import Provenance as ProvenanceDoc
 
 PROVENANCE_FILE = "overlay.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 
 def local_version(manifest: Manifest, patches: Sequence[Patch]) -> str:
@@ -33,8 +35,8 @@ def build_provenance(
     patches: Sequence[Patch],
     *,
     artifact: Artifact | None,
-    source: dict[str, Any],
-) -> dict[str, Any]:
+    source: ArtifactSource | GitSource,
+) -> ProvenanceDoc:
     return {
         "version": SCHEMA_VERSION,
         "tool": {"name": "overlay", "version": __version__},
@@ -42,7 +44,7 @@ def build_provenance(
         "upstream": {
             "distribution": manifest.distribution,
             "version": manifest.upstream.version,
-            "commit": manifest.upstream.commit if source.get("kind") != "git" else source.get("commit"),
+            "commit": source["commit"] if source["kind"] == "git" else manifest.upstream.commit,
             "artifact": None if artifact is None else {"filename": artifact.filename, "sha256": artifact.sha256},
         },
         "source": source,
@@ -63,7 +65,7 @@ def build_provenance(
     }
 
 
-def dumps(data: dict[str, Any]) -> bytes:
+def dumps(data: Mapping[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8")
 
 

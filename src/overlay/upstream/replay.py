@@ -41,6 +41,7 @@ from overlay.git.fastimport import (
     whole_tree,
 )
 from overlay.progress import NullReporter, Reporter
+from overlay.schemas.documents import OutcomeDoc
 from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch
 from overlay.upstream.astmap import HunkMove, hunk_moves
 from overlay.upstream.relocate import HunkPlacement, relocate_patch, reverse_patch
@@ -81,7 +82,7 @@ class Outcome:
     def dropped(self) -> bool:
         return self.resolved and self.commit is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OutcomeDoc:
         return {
             "name": self.name,
             "new_name": self.new_name,

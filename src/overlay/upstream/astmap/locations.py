@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from overlay.core.series import FileDiff, Hunk, Patch
+from overlay.schemas.documents import MovedHunk
 from overlay.upstream.astmap.symbols import MODULE, Symbol, innermost, symbols
 
 
@@ -120,7 +121,7 @@ class HunkMove:
     def describe(self) -> str:
         return f"{self.path} hunk #{self.index}: was in {', '.join(self.before)}, now in {', '.join(self.after)}"
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> MovedHunk:
         return {"path": self.path, "hunk": self.index, "before": list(self.before), "after": list(self.after)}
 
 

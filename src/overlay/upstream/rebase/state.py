@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from overlay.core.manifest import Artifact, Manifest, check_engine_name
 from overlay.core.series import Patch, load_engine_series
@@ -18,6 +18,8 @@ from overlay.fsutil import (
 )
 from overlay.git import ops as gitops
 from overlay.paths import layout
+from overlay.schemas.documents import Artifact as ArtifactDoc
+from overlay.schemas.documents import NotReached, OutcomeDoc, RebaseReport, ReportPatch
 from overlay.stack.checkout import default_worktree, read_state
 from overlay.upstream.replay import (
     CLASSES,
@@ -219,8 +221,8 @@ def _checkout_guard(root: Path, engine: str) -> None:
         raise UsageError(f"{wt} has commits that `overlay refresh` has not written back to patches/{engine}", tip=tip)
 
 
-def _artifact_json(a: Artifact) -> dict[str, str]:
-    d = {"filename": a.filename, "sha256": a.sha256}
+def _artifact_json(a: Artifact) -> ArtifactDoc:
+    d: ArtifactDoc = {"filename": a.filename, "sha256": a.sha256}
     if a.url:
         d["url"] = a.url
     return d
@@ -260,7 +262,11 @@ def _requires_warnings(outcomes: Sequence[Outcome], patches: tuple[Patch, ...]) 
     return requires_warnings([p for p in patches if p.name not in dropped])
 
 
-def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: dict[str, Any] | None = None) -> dict[str, Any]:
+def _report_patch(outcome: OutcomeDoc, upstream_status: str | None) -> ReportPatch:
+    return cast(ReportPatch, {**outcome, "upstream_status": upstream_status})
+
+
+def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: dict[str, Any] | None = None) -> RebaseReport:
     by_name = {p.name: p for p in patches}
     stopped = result.stopped
     return {
@@ -271,9 +277,10 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
         "to": state["to"] if state else {"version": result.to_version,
                                          "artifacts": [_artifact_json(a) for a in result.artifacts]},
         "patches": [
-            {**o.to_json(), "upstream_status": by_name[o.name].upstream_status if o.name in by_name else None}
-            for o in result.outcomes
-        ] + [{"name": n, "class": None, "resolution": "not reached"} for n in result.pending],
+            *(_report_patch(o.to_json(), by_name[o.name].upstream_status if o.name in by_name else None)
+              for o in result.outcomes),
+            *(NotReached({"name": n, "class": None, "resolution": "not reached"}) for n in result.pending),
+        ],
         "counts": result.counts(),
         "conflicts": {"own": sum(1 for o in result.outcomes if o.conflict_kind == "own"),
                       "inherited": sum(1 for o in result.outcomes if o.conflict_kind == "inherited")},

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from overlay.schemas.documents import ReviewReport
 from overlay.upstream.astmap import (
     HunkLocation,
     HunkMove,
@@ -108,7 +108,7 @@ class ReviewResult:
         return tuple(s for s in self.symbols if s.change.status == "unchanged")
 
 
-def to_json(r: ReviewResult) -> dict[str, Any]:
+def to_json(r: ReviewResult) -> ReviewReport:
     return {
         "version": 1,
         "engine": r.engine,
@@ -122,7 +122,8 @@ def to_json(r: ReviewResult) -> dict[str, Any]:
              "hunks": [{"path": h.path, "hunk": h.index, "line": h.line, "symbols": list(h.symbols)} for h in p.hunks]}
             for p in r.patches
         ],
-        "files": [dataclasses.asdict(f) | {"patches": list(f.patches)} for f in r.files],
+        "files": [{"path": f.path, "new_path": f.new_path, "status": f.status, "added": f.added, "removed": f.removed,
+                   "patches": list(f.patches)} for f in r.files],
         "symbols": [
             {"path": s.change.path, "symbol": s.change.qualname, "kind": s.change.kind, "status": s.change.status,
              "flagged": s.change.flagged, "new_path": s.change.new_path, "new_symbol": s.change.new_qualname,
