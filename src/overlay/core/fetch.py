@@ -11,13 +11,14 @@ import shutil
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 
 from overlay.core.manifest import Artifact, Manifest
-from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, UsageError
+from overlay.errors import ConfigError, ExternalCommandError, IntegrityError, OverlayError, UsageError
 from overlay.fsutil import owned_scratch, publish_file, sha256_file
 from overlay.paths import layout
 from overlay.proc import run_step
@@ -150,24 +151,36 @@ def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
     return args
 
 
-def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path, reporter: Reporter) -> Path:
-    args = [sys.executable, "-m", "pip", *pip_download_args(manifest, artifact), "--dest", str(scratch)]
-    proc = run_step(args, reporter=reporter, stage="fetch", what=f"{artifact.filename}: downloading through pip")
+def pip_download(manifest: Manifest, like: Artifact, dest: Path, reporter: Reporter, *, what: str,
+                 not_found: Callable[[str, str], OverlayError], tip: str) -> list[Path]:
+    """``pip download`` of ``manifest``'s release selected like ``like`` (same kind, Python tag and platform) into
+    ``dest``: the one place pip downloads (your index, proxy and credentials settings apply). ``not_found(requirement,
+    offered versions)`` is the error when the index does not have it; ``tip`` goes with any other pip failure."""
+    args = [sys.executable, "-m", "pip", *pip_download_args(manifest, like), "--dest", str(dest)]
+    proc = run_step(args, reporter=reporter, stage="fetch", what=what)
     missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
     if missing is not None:
-        raise ConfigError(
-            f"the package index has no {missing[0]} matching the pinned {artifact.filename} "
-            f"(versions it offers: {missing[1]})",
+        raise not_found(*missing)
+    if proc.returncode != 0:
+        raise ExternalCommandError(
+            f"pip could not download {manifest.distribution}=={manifest.upstream.version} (selected like "
+            f"{like.filename}): {proc.stderr.strip()[-1500:]}", tip=tip)
+    return sorted(p for p in dest.iterdir() if p.is_file() and p.name != ".owner")
+
+
+def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path, reporter: Reporter) -> Path:
+    def not_found(requirement: str, offered: str) -> OverlayError:
+        return ConfigError(
+            f"the package index has no {requirement} matching the pinned {artifact.filename} (versions it offers: "
+            f"{offered})",
             tip=f"check the pin in overlays/{manifest.name}.toml and the index pip uses (`pip config list`), "
             "or set `url` for the artifact",
         )
-    if proc.returncode != 0:
-        raise ExternalCommandError(
-            f"pip could not download {manifest.distribution}=={manifest.upstream.version} ({artifact.filename}): "
-            f"{proc.stderr.strip()[-1500:]}",
-            tip="check network access to the package index (pip config list), or set `url` for the artifact",
-        )
-    files = [p for p in scratch.iterdir() if p.is_file() and p.name != ".owner"]
+
+    files = pip_download(manifest, artifact, scratch, reporter, what=f"{artifact.filename}: downloading through pip",
+                         not_found=not_found,
+                         tip="check network access to the package index (pip config list), or set `url` for the "
+                             "artifact")
     wanted = scratch / artifact.filename
     if not wanted.is_file():
         raise IntegrityError(

@@ -215,11 +215,6 @@ def status_paths(path: Path, *, optional_locks: bool = True) -> list[str]:
     return paths
 
 
-def is_dirty(path: Path) -> list[str]:
-    """Paths with uncommitted changes (tracked or untracked, not ignored)."""
-    return status_paths(path)
-
-
 def clone_or_update_mirror(url: str, mirror: Path, commit: str) -> None:
     """Keep a bare mirror of ``url`` holding ``commit`` (fetching only when it is missing)."""
     check_url(url)

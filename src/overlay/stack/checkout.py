@@ -130,9 +130,11 @@ def write_base_commit(repo: Path, files: dict[str, bytes], message: str) -> str:
 
 
 def commit_patch(repo: Path, patch: Patch) -> str:
-    """Apply ``patch`` strictly to the work tree and commit it with the patch's own author, date and message."""
+    """Apply ``patch`` strictly to the work tree, stage only the paths it touches (a stray file in the work tree, e.g.
+    left by a conflicted attempt, is never committed with it) and commit it with the patch's author, date and message
+    (``checkout``, and ``rebase`` and ``review`` in their scratch repositories)."""
     apply_patch(DirTree(repo), patch)
-    gitops.run(["add", "-A", "-f", "--", "."], cwd=repo)
+    gitops.run(["add", "-A", "-f", "--", *patch.paths], cwd=repo)
     return commit_as_patch(repo, patch)
 
 
@@ -194,7 +196,7 @@ def _checkout(
     worktree = (worktree or default_worktree(root, engine)).resolve()
     if worktree.exists() and any(worktree.iterdir()):
         if not force:
-            dirty = gitops.is_dirty(worktree) if (worktree / ".git").is_dir() else ["(not a git repository)"]
+            dirty = gitops.status_paths(worktree) if (worktree / ".git").is_dir() else ["(not a git repository)"]
             raise UsageError(
                 f"{worktree} already exists" + (f" and has uncommitted changes ({len(dirty)} paths)" if dirty else ""),
                 tip=f"keep working there and `overlay refresh {engine}`, or pass --force to recreate it (discards its commits)",

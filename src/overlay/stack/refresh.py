@@ -79,7 +79,7 @@ def _refresh(
     state = read_state(worktree, engine=engine)
     if state.get("engine") != engine:
         raise UsageError(f"{worktree} is a checkout of {state.get('engine')!r}, not {engine!r}")
-    dirty = gitops.is_dirty(worktree)
+    dirty = gitops.status_paths(worktree)
     if dirty and not force:
         raise UsageError(
             f"{worktree} has uncommitted changes ({', '.join(dirty[:5])}{' ...' if len(dirty) > 5 else ''})",

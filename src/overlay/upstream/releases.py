@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +26,11 @@ from overlay.core.fetch import (
     cached_path,
     check_cache_slot,
     fetch_artifact,
-    pip_download_args,
-    pip_not_found,
+    pip_download,
 )
 from overlay.core.manifest import Artifact, Manifest, artifact_name_parts
-from overlay.errors import ExternalCommandError, IntegrityError, UsageError
+from overlay.errors import IntegrityError, OverlayError, UsageError
 from overlay.fsutil import atomic_write_json, owned_scratch, publish_file, sha256_file
-from overlay.proc import run_step
 from overlay.progress import NullReporter, Reporter
 
 
@@ -200,25 +197,19 @@ def _resolve_one(
 def _download_pip(target: Manifest, old: Artifact, scratch: Path, reporter: Reporter) -> Path:
     out = scratch / "pip"
     out.mkdir()
-    args = [sys.executable, "-m", "pip", *pip_download_args(target, old), "--dest", str(out)]
-    proc = run_step(args, reporter=reporter, stage="fetch",
-                    what=f"{target.distribution} {target.upstream.version}: downloading through pip")
-    missing = pip_not_found(proc.stderr) if proc.returncode != 0 else None
-    if missing is not None:
-        raise UsageError(
+
+    def not_found(_requirement: str, offered: str) -> OverlayError:
+        return UsageError(
             f"{target.distribution} {target.upstream.version} is not a release the package index has "
-            f"(selected like {old.filename}; versions it offers: {missing[1]})",
+            f"(selected like {old.filename}; versions it offers: {offered})",
             tip="name one of those versions with --to (see `pip index versions " + target.distribution + "`), "
             "or pass --url for a release the index does not have",
         )
-    if proc.returncode != 0:
-        raise ExternalCommandError(
-            f"pip could not download {target.distribution}=={target.upstream.version} "
-            f"(selected like {old.filename}): {proc.stderr.strip()[-1500:]}",
-            tip=f"check that the package index has {target.distribution} {target.upstream.version} "
-            "(`pip index versions " + target.distribution + "`), or pass --url",
-        )
-    files = sorted(p for p in out.iterdir() if p.is_file())
+
+    files = pip_download(target, old, out, reporter, what=f"{target.distribution} {target.upstream.version}: "
+                         "downloading through pip", not_found=not_found,
+                         tip=f"check that the package index has {target.distribution} {target.upstream.version} "
+                             f"(`pip index versions {target.distribution}`), or pass --url")
     if len(files) != 1:
         raise IntegrityError(f"pip downloaded {[p.name for p in files]}; expected exactly one file")
     return files[0]

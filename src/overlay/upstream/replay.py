@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from overlay.core.patching import DirTree, MemoryTree, apply_patch
+from overlay.core.patching import MemoryTree, apply_patch
 from overlay.core.series import Patch, parse_patch_bytes
 from overlay.errors import ConflictError, ExternalCommandError, PatchError
 from overlay.git import ops as gitops
@@ -42,7 +42,7 @@ from overlay.git.fastimport import (
 )
 from overlay.progress import NullReporter, Reporter
 from overlay.schemas.documents import OutcomeDoc
-from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch
+from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch, commit_patch
 from overlay.upstream.astmap import HunkMove, hunk_moves
 from overlay.upstream.relocate import HunkPlacement, relocate_patch, reverse_patch
 
@@ -246,13 +246,6 @@ def read_blobs(repo: Path, specs: Sequence[str]) -> list[bytes | None]:
         out.append(raw[pos : pos + size])
         pos += size + 1
     return out
-
-
-def commit_patch(repo: Path, patch: Patch) -> str:
-    """Apply ``patch`` strictly to the work tree, stage only the paths it touches, commit it as the patch."""
-    apply_patch(DirTree(repo), patch)
-    gitops.run(["add", "-A", "-f", "--", *patch.paths], cwd=repo)
-    return commit_as_patch(repo, patch)
 
 
 def commit_patch_bytes(repo: Path, commit: str) -> bytes:

@@ -27,11 +27,10 @@ from overlay.errors import ConfigError, PatchError, UsageError
 from overlay.fsutil import atomic_write_json, atomic_write_text, owned_scratch
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
-from overlay.stack.checkout import base_message
+from overlay.stack.checkout import base_message, commit_patch
 from overlay.upstream.releases import check_version, manifest_at, resolve_release, wheel_tree
 from overlay.upstream.replay import (
     Outcome,
-    commit_patch,
     commit_patch_bytes,
     prepare,
     replay_all,
