@@ -20,7 +20,6 @@ OVERSIZE = {
     "core/series/parse.py": 440,
     "engines/workers/mlx_lm_worker.py": 600,
     "engines/workers/torch_census.py": 780,
-    "upstream/init.py": 430,
     "upstream/replay.py": 520,
 }
 

@@ -18,14 +18,8 @@ import pytest
 from overlay.core.extras import require_extra
 from overlay.core.series import THEMES
 from overlay.errors import IntegrityError, UsageError
-from overlay.upstream.init import (
-    IndexFile,
-    git_url_from,
-    order_artifacts,
-    parse_project_page,
-    pip_sources,
-    release_files,
-)
+from overlay.upstream.index import IndexFile, order_artifacts, parse_project_page, pip_sources, release_files
+from overlay.upstream.init import git_url_from
 from support import CORE_PY, TRAILERS, git, make_wheel
 
 FILES = {"demo_pkg/__init__.py": b"from demo_pkg.core import greet\n", "demo_pkg/core.py": CORE_PY.encode()}
