@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,14 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overlay.cli.main import main  # noqa: E402
-from support import World, add_two_patches, make_world  # noqa: E402
-
-
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
+from support import Cli, CliResult, World, add_two_patches, make_world  # noqa: E402
 
 
 @pytest.fixture
@@ -33,7 +24,7 @@ def world2(world: World) -> World:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     def run(*argv: str) -> CliResult:
         code = main(list(argv))
         captured = capsys.readouterr()

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import textwrap
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,3 +234,13 @@ def add_two_patches(world: World) -> list[str]:
     world.commit_change(f"{pr}demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
     world.commit_change(f"{pr}demo_pkg/util.py", "return 2 * x", "return x + x", "util: double by addition")
     return world.export_series()
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+Cli = Callable[..., CliResult]  # the `cli` fixture: run `overlay ARGS...` in-process, capture stdout and stderr

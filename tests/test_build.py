@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import World
+from support import Cli, World
 
 GOLDEN = Path(__file__).parent / "golden" / "demo-wheel.txt"
 
@@ -21,7 +21,7 @@ def members(wheel: Path) -> dict[str, bytes]:
         return {n: zf.read(n) for n in zf.namelist()}
 
 
-def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli) -> None:
+def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli: Cli) -> None:
     r = cli("--root", str(world2.root), "apply", "demo")
     assert r.code == 0, r.err
     wheel = Path(r.out.strip().splitlines()[-1])
@@ -47,7 +47,7 @@ def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli) -> None:
     assert listing == GOLDEN.read_text(), "wheel contents changed; OVERLAY_UPDATE_GOLDEN=1 rewrites the golden file"
 
 
-def test_bytes_are_reproducible_and_upto_applies_a_prefix(world2: World, cli, tmp_path: Path) -> None:
+def test_bytes_are_reproducible_and_upto_applies_a_prefix(world2: World, cli: Cli, tmp_path: Path) -> None:
     a = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "a"))
     b = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "b"))
     wa, wb = Path(a.out.strip()), Path(b.out.strip())
@@ -62,7 +62,7 @@ def test_bytes_are_reproducible_and_upto_applies_a_prefix(world2: World, cli, tm
     assert bad.code == 2 and "--upto 3 is out of range" in bad.err
 
 
-def test_failed_apply_publishes_nothing(world2: World, cli) -> None:
+def test_failed_apply_publishes_nothing(world2: World, cli: Cli) -> None:
     patch = sorted(world2.series_dir.glob("0002-*.patch"))[0]
     patch.write_bytes(patch.read_bytes().replace(b"-    return 2 * x", b"-    return 3 * x"))
     r = cli("--root", str(world2.root), "apply", "demo")
@@ -74,7 +74,7 @@ def test_failed_apply_publishes_nothing(world2: World, cli) -> None:
     assert not list((world2.root / "build" / "tmp").iterdir())
 
 
-def test_killed_build_leaves_scratch_that_next_run_cleans(world2: World, cli) -> None:
+def test_killed_build_leaves_scratch_that_next_run_cleans(world2: World, cli: Cli) -> None:
     tmp = world2.root / "build" / "tmp"
     stale = tmp / "apply-demo-killed"
     (stale / "out").mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_killed_build_leaves_scratch_that_next_run_cleans(world2: World, cli) ->
     assert [p.name for p in (world2.root / "build" / "wheels" / "demo").iterdir()] == [Path(r.out.strip()).name]
 
 
-def test_hash_mismatch_exits_5_and_caches_nothing(world2: World, cli) -> None:
+def test_hash_mismatch_exits_5_and_caches_nothing(world2: World, cli: Cli) -> None:
     world2.write_manifest(sha256="0" * 64)
     r = cli("--root", str(world2.root), "fetch", "demo")
     assert r.code == 5
@@ -97,7 +97,7 @@ def test_hash_mismatch_exits_5_and_caches_nothing(world2: World, cli) -> None:
     assert not [p for p in cache.rglob("*") if p.is_file()]
 
 
-def test_truncated_artifact_exits_5(world2: World, cli) -> None:
+def test_truncated_artifact_exits_5(world2: World, cli: Cli) -> None:
     data = world2.wheel.read_bytes()
     world2.wheel.write_bytes(data[:-200])
     world2.write_manifest()  # pin the truncated file's hash: integrity of the archive itself is what fails
@@ -105,7 +105,7 @@ def test_truncated_artifact_exits_5(world2: World, cli) -> None:
     assert r.code == 5 and "corrupt or truncated" in r.err
 
 
-def test_warm_cache_works_offline(world2: World, cli) -> None:
+def test_warm_cache_works_offline(world2: World, cli: Cli) -> None:
     assert cli("--root", str(world2.root), "-q", "fetch", "demo").code == 0
     world2.wheel.unlink()  # the "index" is gone
     r = cli("--root", str(world2.root), "-q", "apply", "demo", "--offline")
@@ -117,7 +117,7 @@ def test_warm_cache_works_offline(world2: World, cli) -> None:
 
 
 @pytest.mark.slow
-def test_git_source_gives_the_same_package_files(world2: World, cli, tmp_path: Path) -> None:
+def test_git_source_gives_the_same_package_files(world2: World, cli: Cli, tmp_path: Path) -> None:
     art = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "a"))
     git = cli("--root", str(world2.root), "-q", "apply", "demo", "--source", "git", "--out", str(tmp_path / "g"))
     assert art.code == 0 and git.code == 0, git.err
@@ -131,7 +131,7 @@ def test_git_source_gives_the_same_package_files(world2: World, cli, tmp_path: P
     assert prov["series"] == json.loads(next(v for k, v in a.items() if k.endswith("overlay.json")))["series"]
 
 
-def test_artifact_selection(world2: World, cli, tmp_path: Path) -> None:
+def test_artifact_selection(world2: World, cli: Cli, tmp_path: Path) -> None:
     r = cli("--root", str(world2.root), "apply", "demo", "--artifact", "demo_engine-1.2.0-cp312-cp312-linux_x86_64.whl")
     assert r.code == 2 and "is not pinned" in r.err and "demo_engine-1.2.0-py3-none-any.whl" in r.err
     ok = cli("--root", str(world2.root), "-q", "apply", "demo", "--artifact", world2.wheel.name, "--out", str(tmp_path))
@@ -150,7 +150,7 @@ def _sdist(world: World, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_sdist_pin_builds_with_the_projects_backend(world2: World, cli, tmp_path: Path) -> None:
+def test_sdist_pin_builds_with_the_projects_backend(world2: World, cli: Cli, tmp_path: Path) -> None:
     sdist = _sdist(world2, tmp_path)
     wheel_build = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "w"))
     world2.write_manifest(filename=sdist.name, sha256=hashlib.sha256(sdist.read_bytes()).hexdigest(), url=sdist.as_uri())
@@ -163,7 +163,7 @@ def test_sdist_pin_builds_with_the_projects_backend(world2: World, cli, tmp_path
     assert prov["upstream"]["artifact"]["filename"] == sdist.name
 
 
-def test_sdist_with_escaping_member_is_refused(world2: World, cli, tmp_path: Path) -> None:
+def test_sdist_with_escaping_member_is_refused(world2: World, cli: Cli, tmp_path: Path) -> None:
     import io
     import tarfile
 
@@ -179,7 +179,7 @@ def test_sdist_with_escaping_member_is_refused(world2: World, cli, tmp_path: Pat
     assert not (tmp_path.parent / "escape.py").exists() and not (world2.root / "escape.py").exists()
 
 
-def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli, tmp_path: Path) -> None:
+def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli: Cli, tmp_path: Path) -> None:
     shutil.copy(Path(__file__).parent / "data" / "prebuilt_demo.py", world2.root / "prebuilt_demo.py")
     manifest = world2.root / "overlays" / "demo.toml"
     manifest.write_text(manifest.read_text() + (

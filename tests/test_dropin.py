@@ -14,6 +14,8 @@ from overlay.core.build import apply_engine
 from overlay.core.fetch import fetch_artifact
 from overlay.core.manifest import load_engine
 from overlay.core.provenance import local_version
+from overlay.core.series import Patch
+from support import Cli
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.network
@@ -24,7 +26,7 @@ def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True)
 
 
-def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli) -> None:
+def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli: Cli) -> None:
     from overlay.check import models as tinymodels
 
     manifest = load_engine(REPO, "mlx-lm")
@@ -71,7 +73,7 @@ def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli) -> None:
     assert module_version == "0.32.2" and dist_version == listed["mlx-lm"] and produced == "True"
 
 
-def _patches():
+def _patches() -> tuple[Patch, ...]:
     from overlay.core.series import load_engine_series
 
     return load_engine_series(REPO, load_engine(REPO, "mlx-lm")).patches

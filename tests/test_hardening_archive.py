@@ -14,7 +14,7 @@ import pytest
 
 from overlay.core.build import safe_extract_tar
 from overlay.errors import IntegrityError
-from support import TRAILERS, World, git, make_wheel
+from support import TRAILERS, Cli, World, git, make_wheel
 
 PKG = {
     "demo_pkg/__init__.py": b"from demo_pkg.core import greet\n",
@@ -68,7 +68,9 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("extra,member,why", HOSTILE)
-def test_pinned_hostile_wheel_is_refused_by_apply_and_checkout(world: World, cli, extra, member: str, why: str) -> None:
+def test_pinned_hostile_wheel_is_refused_by_apply_and_checkout(
+    world: World, cli: Cli, extra: list[tuple[zipfile.ZipInfo, bytes]], member: str, why: str
+) -> None:
     _pin_hostile_wheel(world, extra)
     for argv in (["apply", "demo"], ["checkout", "demo"], ["lint", "demo"]):
         r = cli("--root", str(world.root), *argv)
@@ -77,7 +79,7 @@ def test_pinned_hostile_wheel_is_refused_by_apply_and_checkout(world: World, cli
         _nothing_written(world)
 
 
-def test_manifest_allowance_admits_the_wheels_own_data_folder(world: World, cli, tmp_path: Path) -> None:
+def test_manifest_allowance_admits_the_wheels_own_data_folder(world: World, cli: Cli, tmp_path: Path) -> None:
     _pin_hostile_wheel(world, [], files={**PKG, "demo_engine-1.2.0.data/scripts/demo-run": b"#!/bin/sh\necho hi\n"})
     text = world.manifest_text().replace('package-root = "python"\n', 'package-root = "python"\nallow-members = ["data"]\n')
     (world.root / "overlays" / "demo.toml").write_text(text)
@@ -152,7 +154,7 @@ def test_sdist_hostile_members_are_refused_before_extraction(tmp_path: Path, mem
     assert not list(dest.iterdir())  # nothing extracted, not even the good member
 
 
-def test_pinned_sdist_with_a_symlink_exits_5(world: World, cli, tmp_path: Path) -> None:
+def test_pinned_sdist_with_a_symlink_exits_5(world: World, cli: Cli, tmp_path: Path) -> None:
     bad = _tar(tmp_path / "demo-engine-1.2.0.tar.gz",
                [_tinfo("demo-engine-1.2.0/demo_pkg/link", tarfile.SYMTYPE, linkname="../../../../etc/passwd")])
     world.write_manifest(filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri())
@@ -164,7 +166,7 @@ def test_pinned_sdist_with_a_symlink_exits_5(world: World, cli, tmp_path: Path) 
 # ---------------------------------------------------------------- git source
 
 
-def test_git_source_with_a_symlink_under_the_package_root_is_refused(world: World, cli) -> None:
+def test_git_source_with_a_symlink_under_the_package_root_is_refused(world: World, cli: Cli) -> None:
     link = world.upstream / "python" / "demo_pkg" / "secrets"
     link.symlink_to("/etc/passwd")
     git(world.upstream, "add", "-A")
@@ -197,7 +199,7 @@ def _add_file_patch(world: World, rel: str, data: bytes = b"Name: evil\n") -> No
     ],
     ids=["dist-info", "data", "pth"],
 )
-def test_patch_adding_installer_metadata_is_refused(world: World, cli, rel: str, why: str) -> None:
+def test_patch_adding_installer_metadata_is_refused(world: World, cli: Cli, rel: str, why: str) -> None:
     _add_file_patch(world, rel)
     name = next(world.series_dir.glob("*.patch")).name
     r = cli("--root", str(world.root), "apply", "demo")
@@ -208,7 +210,7 @@ def test_patch_adding_installer_metadata_is_refused(world: World, cli, rel: str,
     assert lint.code == 5 and name in lint.err and rel in lint.err
 
 
-def test_patch_into_a_git_folder_is_refused(world: World, cli) -> None:
+def test_patch_into_a_git_folder_is_refused(world: World, cli: Cli) -> None:
     _add_file_patch(world, "python/demo_pkg/newfile.py", b"x = 1\n")
     patch = next(world.series_dir.glob("*.patch"))
     patch.write_bytes(patch.read_bytes().replace(b"demo_pkg/newfile.py", b"demo_pkg/.git/config"))
@@ -220,7 +222,7 @@ def test_patch_into_a_git_folder_is_refused(world: World, cli) -> None:
     _nothing_written(world)
 
 
-def test_patch_adding_an_ordinary_file_still_builds(world: World, cli, tmp_path: Path) -> None:
+def test_patch_adding_an_ordinary_file_still_builds(world: World, cli: Cli, tmp_path: Path) -> None:
     _add_file_patch(world, "python/demo_pkg/extra.py", b"EXTRA = 1\n")
     r = cli("--root", str(world.root), "-q", "apply", "demo", "--out", str(tmp_path))
     assert r.code == 0, r.err

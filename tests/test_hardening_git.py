@@ -16,7 +16,7 @@ import pytest
 from overlay.errors import UsageError
 from overlay.git import ops as gitops
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, TRAILERS, World, git, make_wheel
+from support import GIT_ENV, TRAILERS, Cli, World, git, make_wheel
 
 REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
              "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT")
@@ -79,7 +79,7 @@ def test_scrubbed_env_keeps_only_network_and_trace_variables(monkeypatch: pytest
 
 
 def test_checkout_and_rebase_never_touch_the_callers_repository(
-    tmp_path: Path, decoy: Path, cli, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, decoy: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "clean"])
@@ -107,7 +107,7 @@ def test_checkout_and_rebase_never_touch_the_callers_repository(
 
 
 def test_a_hostile_global_config_runs_no_hook_or_fsmonitor(
-    world2: World, cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
     script = tmp_path / "hook.sh"
@@ -194,7 +194,7 @@ def _non_ascii_world(tmp_path: Path) -> World:
     return world
 
 
-def test_continue_refuses_markers_left_in_a_non_ascii_file(tmp_path: Path, cli) -> None:
+def test_continue_refuses_markers_left_in_a_non_ascii_file(tmp_path: Path, cli: Cli) -> None:
     world = _non_ascii_world(tmp_path)
     with zipfile.ZipFile(world.wheel) as zf:  # 1.2.0's files (the helper's `git ls-tree` would quote the name)
         files = {n: zf.read(n) for n in zf.namelist() if not n.startswith("demo_engine-")}

@@ -16,7 +16,7 @@ import pytest
 
 from overlay import fsutil
 from rebase_support import add_patches, make_rebase_world, make_release
-from support import GIT_ENV, TRAILERS, World
+from support import GIT_ENV, TRAILERS, Cli, World
 
 
 def mode(path: Path) -> int:
@@ -52,7 +52,7 @@ def test_current_umask_reads_without_changing_it(umask: int) -> None:
     assert fsutil.current_umask() == umask
 
 
-def test_wheel_and_build_state_honour_the_umask(world2: World, cli, umask: int) -> None:
+def test_wheel_and_build_state_honour_the_umask(world2: World, cli: Cli, umask: int) -> None:
     r = cli("--root", str(world2.root), "-q", "apply", "demo")
     assert r.code == 0, r.err
     wheel = Path(r.out.strip())
@@ -64,7 +64,7 @@ def test_wheel_and_build_state_honour_the_umask(world2: World, cli, umask: int) 
     assert mode(wheel) == 0o640
 
 
-def test_refresh_keeps_modes_and_gives_new_patches_the_umask(world2: World, cli, umask: int) -> None:
+def test_refresh_keeps_modes_and_gives_new_patches_the_umask(world2: World, cli: Cli, umask: int) -> None:
     root = ["--root", str(world2.root)]
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
     first = sorted(world2.series_dir.glob("*.patch"))[0]
@@ -88,7 +88,7 @@ def test_refresh_keeps_modes_and_gives_new_patches_the_umask(world2: World, cli,
     assert mode(world2.series_dir / "0003-util-add-triple.patch") == 0o666 & ~umask
 
 
-def test_rebase_report_and_manifest_modes(tmp_path: Path, cli, umask: int) -> None:
+def test_rebase_report_and_manifest_modes(tmp_path: Path, cli: Cli, umask: int) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean"])
     release = make_release(world)
@@ -146,7 +146,7 @@ def test_publish_file_across_devices_goes_through_the_destination_folder(tmp_pat
     assert Path(seen[-1][0]).parent == dest_dir and Path(seen[-1][0]).name.startswith(".demo.whl.")
 
 
-def test_apply_out_on_another_file_system(world2: World, cli, other_fs: Path) -> None:
+def test_apply_out_on_another_file_system(world2: World, cli: Cli, other_fs: Path) -> None:
     r = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(other_fs))
     assert r.code == 0, r.err
     wheel = Path(r.out.strip())
@@ -156,7 +156,7 @@ def test_apply_out_on_another_file_system(world2: World, cli, other_fs: Path) ->
     assert not list((world2.root / "build" / "tmp").iterdir())
 
 
-def test_checkout_and_refresh_with_a_worktree_on_another_file_system(world2: World, cli, other_fs: Path) -> None:
+def test_checkout_and_refresh_with_a_worktree_on_another_file_system(world2: World, cli: Cli, other_fs: Path) -> None:
     root = ["--root", str(world2.root)]
     wt = other_fs / "wt"
     r = cli(*root, "-q", "checkout", "demo", "--worktree", str(wt))

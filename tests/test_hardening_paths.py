@@ -12,7 +12,7 @@ from overlay.core.inputs import check_name, inside_root, read_inside
 from overlay.core.manifest import Artifact, load_engine, load_manifest
 from overlay.core.series import load_series, parse_patch, parse_series_file
 from overlay.errors import ConfigError, IntegrityError, UsageError
-from support import World
+from support import Cli, World
 
 
 def _outside(world: World) -> Path:
@@ -32,7 +32,7 @@ def _tree_hashes(folder: Path) -> dict[str, str]:
 # ------------------------------------------------------------------ class 2: links out of the root
 
 
-def test_series_file_linking_out_is_refused_by_lint_and_apply(world2: World, cli) -> None:
+def test_series_file_linking_out_is_refused_by_lint_and_apply(world2: World, cli: Cli) -> None:
     outside = _outside(world2)
     series = world2.series_dir / "series"
     series.unlink()
@@ -44,7 +44,7 @@ def test_series_file_linking_out_is_refused_by_lint_and_apply(world2: World, cli
     assert not (world2.root / "build" / "wheels").exists()
 
 
-def test_patch_file_linking_out_is_refused(world2: World, cli) -> None:
+def test_patch_file_linking_out_is_refused(world2: World, cli: Cli) -> None:
     outside = _outside(world2)
     name = sorted(p.name for p in world2.series_dir.glob("*.patch"))[0]
     patch = world2.series_dir / name
@@ -58,7 +58,7 @@ def test_patch_file_linking_out_is_refused(world2: World, cli) -> None:
         parse_patch(patch)  # the default root is the patch's own folder
 
 
-def test_series_folder_linking_out_is_refused(world2: World, cli) -> None:
+def test_series_folder_linking_out_is_refused(world2: World, cli: Cli) -> None:
     outside = _outside(world2)
     for p in list(world2.series_dir.iterdir()):
         p.unlink()
@@ -71,7 +71,7 @@ def test_series_folder_linking_out_is_refused(world2: World, cli) -> None:
         assert "series.dir" in r.err and str(outside) in r.err
 
 
-def test_manifest_linking_out_is_refused(world2: World, cli) -> None:
+def test_manifest_linking_out_is_refused(world2: World, cli: Cli) -> None:
     manifest = world2.root / "overlays" / "demo.toml"
     outside = world2.root.parent / "demo.toml"
     outside.write_bytes(manifest.read_bytes())
@@ -86,7 +86,7 @@ def test_manifest_linking_out_is_refused(world2: World, cli) -> None:
         load_manifest(manifest)  # the default root: the folder holding overlays/
 
 
-def test_links_that_stay_inside_the_root_are_followed(world2: World, cli) -> None:
+def test_links_that_stay_inside_the_root_are_followed(world2: World, cli: Cli) -> None:
     shared = world2.root / "patches" / "shared-demo"
     world2.series_dir.rename(shared)
     world2.series_dir.symlink_to("shared-demo", target_is_directory=True)
@@ -125,7 +125,7 @@ def test_read_inside_refuses_a_link_chain_that_leaves(tmp_path: Path) -> None:
     assert inside_root(root, root / "link", what="x") == (root / "ok").resolve()
 
 
-def test_manifest_paths_must_stay_inside(world2: World, cli) -> None:
+def test_manifest_paths_must_stay_inside(world2: World, cli: Cli) -> None:
     manifest = world2.root / "overlays" / "demo.toml"
     text = manifest.read_text()
     for bad in ("../elsewhere", "/etc", "patches/../../x", "patches\\\\demo"):
@@ -155,7 +155,7 @@ def test_check_name_refuses(bad: str) -> None:
         check_name(bad, what="engine name", error=UsageError)
 
 
-def test_rebase_abort_with_a_path_as_engine_deletes_nothing(world2: World, cli) -> None:
+def test_rebase_abort_with_a_path_as_engine_deletes_nothing(world2: World, cli: Cli) -> None:
     # what `overlay rebase ../overlays/mlx-lm --abort` deleted: build/rebase/../overlays/ENGINE
     victim = world2.root / "build" / "overlays" / "demo"
     victim.mkdir(parents=True)
@@ -169,7 +169,7 @@ def test_rebase_abort_with_a_path_as_engine_deletes_nothing(world2: World, cli) 
 
 
 @pytest.mark.parametrize("engine", ["../overlays/demo", "-demo", "demo/../demo", "de\\mo"])
-def test_every_command_refuses_a_path_as_engine(world2: World, cli, engine: str) -> None:
+def test_every_command_refuses_a_path_as_engine(world2: World, cli: Cli, engine: str) -> None:
     before = _tree_hashes(world2.root)
     for argv in (("lint",), ("apply", "--offline"), ("fetch", "--offline"), ("checkout",), ("refresh",), ("rebase",),
                  ("rebase", "--abort"), ("rebase", "--continue"), ("rebase", "--to", "1.3.0", "--offline"),
@@ -180,7 +180,7 @@ def test_every_command_refuses_a_path_as_engine(world2: World, cli, engine: str)
     assert _tree_hashes(world2.root) == before
 
 
-def test_artifact_names_are_plain(world2: World, cli) -> None:
+def test_artifact_names_are_plain(world2: World, cli: Cli) -> None:
     manifest = world2.root / "overlays" / "demo.toml"
     text = manifest.read_text()
     for bad in ("../demo_engine-1.2.0-py3-none-any.whl", "sub\\\\demo_engine-1.2.0-py3-none-any.whl",
@@ -196,7 +196,7 @@ def test_artifact_names_are_plain(world2: World, cli) -> None:
         Artifact(filename="..", sha256="0" * 64)  # e.g. the last part of a `--url` ending in /..
 
 
-def test_patch_names_from_series_are_plain(world2: World, cli) -> None:
+def test_patch_names_from_series_are_plain(world2: World, cli: Cli) -> None:
     series = world2.series_dir / "series"
     text = series.read_text()
     first = text.splitlines()[1]
@@ -207,7 +207,7 @@ def test_patch_names_from_series_are_plain(world2: World, cli) -> None:
         assert repr(bad) in r.err and "series:2" in r.err
 
 
-def test_git_url_beginning_with_dash_is_refused(world2: World, cli, tmp_path: Path) -> None:
+def test_git_url_beginning_with_dash_is_refused(world2: World, cli: Cli, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     r = cli("--root", str(world2.root), "apply", "demo", "--source", "git",
             f"--git-url=--upload-pack=touch {marker}")

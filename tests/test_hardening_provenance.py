@@ -14,10 +14,10 @@ import pytest
 
 from overlay.core.wheels import read_wheel
 from overlay.errors import IntegrityError
-from support import World, make_wheel
+from support import Cli, World, make_wheel
 
 
-def _build(world: World, cli, out: Path, *extra: str) -> Path:
+def _build(world: World, cli: Cli, out: Path, *extra: str) -> Path:
     r = cli("--root", str(world.root), "-q", "apply", "demo", "--out", str(out), *extra)
     assert r.code == 0, r.err
     return Path(r.out.strip().splitlines()[-1])
@@ -60,7 +60,7 @@ def _forged(wheel: Path, tmp: Path, *, consistent_record: bool) -> Path:
     return _rewrite(wheel, tmp / ("consistent" if consistent_record else "inconsistent") / wheel.name, files)
 
 
-def test_untouched_wheel_verifies(world2: World, cli, tmp_path: Path) -> None:
+def test_untouched_wheel_verifies(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     r = cli("--root", str(world2.root), "provenance", str(wheel))
     assert r.code == 0, r.err
@@ -70,7 +70,7 @@ def test_untouched_wheel_verifies(world2: World, cli, tmp_path: Path) -> None:
     assert "the patches against patches/ in the overlay repository" in r.out
 
 
-def test_forged_overlay_json_with_a_consistent_record_exits_5(world2: World, cli, tmp_path: Path) -> None:
+def test_forged_overlay_json_with_a_consistent_record_exits_5(world2: World, cli: Cli, tmp_path: Path) -> None:
     forged = _forged(_build(world2, cli, tmp_path / "w"), tmp_path, consistent_record=True)
     read_wheel(forged)  # the archive itself is consistent: only the provenance lies
     r = cli("provenance", str(forged))
@@ -78,14 +78,14 @@ def test_forged_overlay_json_with_a_consistent_record_exits_5(world2: World, cli
     assert "says 2 patches, overlay.json lists 1" in r.err
 
 
-def test_forged_overlay_json_with_the_old_record_exits_5(world2: World, cli, tmp_path: Path) -> None:
+def test_forged_overlay_json_with_the_old_record_exits_5(world2: World, cli: Cli, tmp_path: Path) -> None:
     forged = _forged(_build(world2, cli, tmp_path / "w"), tmp_path, consistent_record=False)
     r = cli("provenance", str(forged), "--json")
     assert r.code == 5 and r.out == ""
     assert ".dist-info/overlay.json' does not match its RECORD hash" in r.err
 
 
-def test_forged_series_hash_and_label_are_caught(world2: World, cli, tmp_path: Path) -> None:
+def test_forged_series_hash_and_label_are_caught(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     files = _members(wheel)
     prov_name = next(n for n in files if n.endswith(".dist-info/overlay.json"))
@@ -99,7 +99,7 @@ def test_forged_series_hash_and_label_are_caught(world2: World, cli, tmp_path: P
     assert r.code == 5 and "says series hash g" in r.err and "0" * 64 in r.err
 
 
-def test_member_missing_from_record_or_listed_but_absent(world2: World, cli, tmp_path: Path) -> None:
+def test_member_missing_from_record_or_listed_but_absent(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     files = _members(wheel)
     extra = _rewrite(wheel, tmp_path / "x" / wheel.name, {**files, "demo_pkg/backdoor.py": b"import os\n"})
@@ -111,7 +111,7 @@ def test_member_missing_from_record_or_listed_but_absent(world2: World, cli, tmp
     assert r.code == 5 and "RECORD lists 'demo_pkg/util.py', which the archive does not contain" in r.err
 
 
-def test_verify_against_modified_patches_exits_5(world2: World, cli, tmp_path: Path) -> None:
+def test_verify_against_modified_patches_exits_5(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     first, second = sorted(world2.series_dir.glob("*.patch"))
     second.write_bytes(second.read_bytes().replace(b"double by addition", b"double by addition!"))
@@ -124,7 +124,7 @@ def test_verify_against_modified_patches_exits_5(world2: World, cli, tmp_path: P
     assert r.code == 5 and f"patch 2 is {second.name!r} in overlay.json" in r.err
 
 
-def test_upstream_record_is_validated_when_read(world: World, cli) -> None:
+def test_upstream_record_is_validated_when_read(world: World, cli: Cli) -> None:
     files = {"demo_pkg/__init__.py": b"X = 1\n", "demo_pkg/core.py": b"def greet(n):\n    return n\n"}
     wheel = make_wheel(world.wheel, files)
     data = _members(wheel)
@@ -161,7 +161,7 @@ def _install(wheel: Path, site: Path) -> None:
         zf.extractall(site)
 
 
-def test_installed_distribution_is_verified_against_its_record(world2: World, cli, tmp_path: Path) -> None:
+def test_installed_distribution_is_verified_against_its_record(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     site = tmp_path / "site"
     _install(wheel, site)
@@ -175,7 +175,7 @@ def test_installed_distribution_is_verified_against_its_record(world2: World, cl
     assert r.code == 5 and "RECORD lists 'demo_pkg/util.py', which is not on disk" in r.err
 
 
-def test_installed_forgery_with_a_consistent_record_exits_5(world2: World, cli, tmp_path: Path) -> None:
+def test_installed_forgery_with_a_consistent_record_exits_5(world2: World, cli: Cli, tmp_path: Path) -> None:
     forged = _forged(_build(world2, cli, tmp_path / "w"), tmp_path, consistent_record=True)
     site = tmp_path / "site"
     _install(forged, site)
@@ -193,7 +193,7 @@ def _unlinted(world: World) -> str:
     return patch.name
 
 
-def test_unlinted_series_does_not_build(world2: World, cli) -> None:
+def test_unlinted_series_does_not_build(world2: World, cli: Cli) -> None:
     name = _unlinted(world2)
     r = cli("--root", str(world2.root), "apply", "demo")
     assert r.code == 2
@@ -203,7 +203,7 @@ def test_unlinted_series_does_not_build(world2: World, cli) -> None:
     assert cli("--root", str(world2.root), "-q", "apply", "demo", "--upto", "1").code == 0
 
 
-def test_allow_unlinted_builds_and_the_provenance_says_so(world2: World, cli, tmp_path: Path) -> None:
+def test_allow_unlinted_builds_and_the_provenance_says_so(world2: World, cli: Cli, tmp_path: Path) -> None:
     name = _unlinted(world2)
     wheel = _build(world2, cli, tmp_path / "w", "--allow-unlinted")
     prov = json.loads(next(v for k, v in _members(wheel).items() if k.endswith("overlay.json")))
@@ -214,7 +214,7 @@ def test_allow_unlinted_builds_and_the_provenance_says_so(world2: World, cli, tm
     assert r.code == 0 and "built with --allow-unlinted; 1 lint problems" in r.out and name in r.out
 
 
-def test_clean_series_records_no_lint_key(world2: World, cli, tmp_path: Path) -> None:
+def test_clean_series_records_no_lint_key(world2: World, cli: Cli, tmp_path: Path) -> None:
     wheel = _build(world2, cli, tmp_path / "w", "--allow-unlinted")
     prov = json.loads(next(v for k, v in _members(wheel).items() if k.endswith("overlay.json")))
     assert "lint" not in prov

@@ -22,7 +22,7 @@ from overlay.stack.locks import lock_path
 from overlay.stack.refresh import refresh
 from overlay.stack.transaction import recover_refresh, refresh_txn_dir
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, TRAILERS, World
+from support import GIT_ENV, TRAILERS, Cli, World
 
 REPO_SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -58,7 +58,7 @@ def edit_worktree(wt: Path) -> None:
 # ------------------------------------------------------------------ refresh: all or nothing
 
 
-def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
@@ -120,7 +120,7 @@ def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli, monk
     assert r.code == 0 and "nothing to do" in r.out, r.err
 
 
-def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
@@ -150,7 +150,7 @@ def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli, mon
     assert not refresh_txn_dir(root, "demo").exists()
 
 
-def test_ctrl_c_in_a_refresh_leaves_the_old_series(world2: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_in_a_refresh_leaves_the_old_series(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
@@ -175,7 +175,7 @@ def test_ctrl_c_in_a_refresh_leaves_the_old_series(world2: World, cli, monkeypat
 # ------------------------------------------------------------------ one lock per engine
 
 
-def test_a_second_run_is_refused_naming_the_lock_holder(world2: World, cli) -> None:
+def test_a_second_run_is_refused_naming_the_lock_holder(world2: World, cli: Cli) -> None:
     root = world2.root
     assert cli("--root", str(root), "-q", "checkout", "demo").code == 0
     with fsutil.exclusive_lock(lock_path(root, "demo"), command="overlay rebase demo --to 9.9"):
@@ -211,7 +211,7 @@ raise SystemExit(main(sys.argv[2:]))
 """
 
 
-def test_two_concurrent_checkout_force_runs(world2: World, cli, tmp_path: Path) -> None:
+def test_two_concurrent_checkout_force_runs(world2: World, cli: Cli, tmp_path: Path) -> None:
     root = world2.root
     assert cli("--root", str(root), "-q", "checkout", "demo").code == 0
     go = tmp_path / "go"
@@ -236,7 +236,7 @@ def test_two_concurrent_checkout_force_runs(world2: World, cli, tmp_path: Path) 
     assert r.code == 0 and "nothing to do" in r.out, r.err
 
 
-def test_concurrent_rebase_to_gets_the_lock_message(tmp_path: Path, cli) -> None:
+def test_concurrent_rebase_to_gets_the_lock_message(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean"])
     release = make_release(world)
@@ -319,7 +319,7 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(world2: World, cli, how: str) -> None:
+def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(world2: World, cli: Cli, how: str) -> None:
     root = ["--root", str(world2.root)]
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
     state = wt / ".git" / "overlay-checkout.json"
@@ -335,7 +335,7 @@ def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(world2: W
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_a_corrupt_build_state_is_named(world2: World, cli, how: str) -> None:
+def test_a_corrupt_build_state_is_named(world2: World, cli: Cli, how: str) -> None:
     state = world2.root / "build" / "state" / "demo.json"
     state.parent.mkdir(parents=True)
     good = json.dumps({"version": 1, "wheel": "/x/demo.whl", "wheel_version": "1.2.0+ovl.2.gabcdef12", "patches": 2,
@@ -351,7 +351,7 @@ def test_a_corrupt_build_state_is_named(world2: World, cli, how: str) -> None:
 
 
 @pytest.fixture
-def stopped_rebase(tmp_path: Path, cli) -> tuple[World, dict[str, str]]:
+def stopped_rebase(tmp_path: Path, cli: Cli) -> tuple[World, dict[str, str]]:
     """A rebase stopped on a conflict, and a snapshot of patches/ and overlays/ from before it started."""
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean", "conflict"])
@@ -369,7 +369,7 @@ def tree(world: World) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tuple[World, dict[str, str]], cli,
+def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tuple[World, dict[str, str]], cli: Cli,
                                                            how: str) -> None:
     world, before = stopped_rebase
     root = ["--root", str(world.root)]
@@ -386,7 +386,7 @@ def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tupl
 
 
 def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
-    stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
+    stopped_rebase: tuple[World, dict[str, str]], cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import overlay.upstream.rebase.publishing as rb
 
@@ -395,7 +395,8 @@ def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
     engine = world.root / "build" / "rebase" / "demo" / "repo" / PKG / "engine.py"
     engine.write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "    f = x + 11 + 1\n", engine.read_text(),
                              flags=re.DOTALL))
-    real = rb.atomic_write_text
+    from overlay.fsutil import atomic_write_text as real
+
 
     def interrupt_at_manifest(path: Path, text: str) -> None:
         if path.suffix == ".toml":
@@ -416,7 +417,7 @@ def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
 
 
 def test_abort_undoes_an_interrupted_publish_even_from_a_corrupt_state(
-    stopped_rebase: tuple[World, dict[str, str]], cli, monkeypatch: pytest.MonkeyPatch
+    stopped_rebase: tuple[World, dict[str, str]], cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import overlay.upstream.rebase.publishing as rb
 
@@ -426,7 +427,8 @@ def test_abort_undoes_an_interrupted_publish_even_from_a_corrupt_state(
     engine = repo / PKG / "engine.py"
     engine.write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "    f = x + 11 + 1\n", engine.read_text(),
                              flags=re.DOTALL))
-    real = rb.atomic_write_text
+    from overlay.fsutil import atomic_write_text as real
+
 
     def kill_at_series(path: Path, text: str) -> None:
         if path.name == "series":

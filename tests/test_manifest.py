@@ -6,7 +6,7 @@ import pytest
 
 from overlay.core.manifest import load_engine, load_manifest
 from overlay.errors import ConfigError
-from support import World
+from support import Cli, World
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def test_real_manifests_pin_version_hash_and_layout(engine: str, version: str, r
         assert len(a.sha256) == 64 and version in a.filename
 
 
-def test_unknown_key_names_key_and_closest(world: World, cli) -> None:
+def test_unknown_key_names_key_and_closest(world: World, cli: Cli) -> None:
     path = world.root / "overlays" / "demo.toml"
     path.write_text(path.read_text().replace('package-root = "python"', 'package_root = "python"'))
     with pytest.raises(ConfigError, match=r"unknown key upstream\.'package_root' \(did you mean 'package-root'\?\)"):
@@ -51,7 +51,7 @@ def test_bad_manifests_are_refused_with_the_key_named(world: World, edit: tuple[
         load_manifest(path)
 
 
-def test_unknown_engine_suggests_closest(world: World, cli) -> None:
+def test_unknown_engine_suggests_closest(world: World, cli: Cli) -> None:
     r = cli("--root", str(world.root), "apply", "dem")
     assert r.code == 2
     assert "unknown engine 'dem'" in r.err and "did you mean 'demo'" in r.err

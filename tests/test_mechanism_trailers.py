@@ -23,7 +23,7 @@ from overlay.core.mechanism import (
 from overlay.core.series import load_series, parse_patch
 from overlay.errors import ConfigError
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, TRAILERS, World
+from support import GIT_ENV, TRAILERS, Cli, CliResult, World
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_TRAILERS = TRAILERS.replace("Overlay-Flag: default\n", "")
@@ -33,7 +33,7 @@ def trailers(*, theme: str = "other", extra: str = "Overlay-Flag: default\n") ->
     return BASE_TRAILERS.replace("Overlay-Theme: other", f"Overlay-Theme: {theme}") + extra
 
 
-def lint(cli, world: World):
+def lint(cli: Cli, world: World) -> CliResult:
     return cli("--root", str(world.root), "lint", "demo")
 
 
@@ -123,7 +123,7 @@ def test_patch_accessors_read_repeated_trailers(world: World) -> None:
     assert second.upstream_status == "Pending"  # the four trailers are still read before the new ones
 
 
-def test_lint_requires_an_overlay_flag(world: World, cli) -> None:
+def test_lint_requires_an_overlay_flag(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(extra=""))
     world.export_series()
@@ -133,7 +133,7 @@ def test_lint_requires_an_overlay_flag(world: World, cli) -> None:
     assert "TIP fix the trailer in the commit message" in r.err
 
 
-def test_lint_checks_the_flag_is_in_the_added_lines(world: World, cli) -> None:
+def test_lint_checks_the_flag_is_in_the_added_lines(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"))
     world.export_series()
@@ -142,7 +142,7 @@ def test_lint_checks_the_flag_is_in_the_added_lines(world: World, cli) -> None:
     assert "Overlay-Flag 'DEMO_OPT_FAST=1': DEMO_OPT_FAST is not in any line its diff adds" in r.err
 
 
-def test_lint_accepts_a_flag_the_diff_adds_and_a_required_patch_flag(world: World, cli) -> None:
+def test_lint_accepts_a_flag_the_diff_adds_and_a_required_patch_flag(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"',
                         'prefix = "hi" if __import__("os").environ.get("DEMO_OPT_FAST") == "1" else "hello"',
                         "core: opt-in shorter greeting", trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"))
@@ -156,7 +156,7 @@ def test_lint_accepts_a_flag_the_diff_adds_and_a_required_patch_flag(world: Worl
     assert "demo: ok (2 patches apply exactly)" in r.out
 
 
-def test_lint_refuses_a_bad_flag_syntax(world: World, cli) -> None:
+def test_lint_refuses_a_bad_flag_syntax(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(extra="Overlay-Flag: default\nOverlay-Flag: DEMO_OPT\n"))
     world.export_series()
@@ -168,7 +168,7 @@ def test_lint_refuses_a_bad_flag_syntax(world: World, cli) -> None:
 
 
 @pytest.mark.parametrize("theme", MECHANISM_THEMES)
-def test_lint_requires_a_mechanism_for_the_mechanism_themes(world: World, cli, theme: str) -> None:
+def test_lint_requires_a_mechanism_for_the_mechanism_themes(world: World, cli: Cli, theme: str) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(theme=theme))
     world.export_series()
@@ -177,7 +177,7 @@ def test_lint_requires_a_mechanism_for_the_mechanism_themes(world: World, cli, t
     assert f"Overlay-Theme {theme} needs at least one Overlay-Mechanism" in r.err
 
 
-def test_lint_checks_mechanism_names_against_the_engine(world: World, cli) -> None:
+def test_lint_checks_mechanism_names_against_the_engine(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(theme="cuda-graph",
                                           extra="Overlay-Flag: default\nOverlay-Mechanism: eager-launches decreases in decode-step\n"))
@@ -193,7 +193,7 @@ def test_lint_checks_mechanism_names_against_the_engine(world: World, cli) -> No
                    "(did you mean 'decode-token'?)"]
 
 
-def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli) -> None:
+def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
                         trailers=trailers(extra="Overlay-Flag: default\nOverlay-Requires: 0002-util-double.patch\n"))
     world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double",
@@ -211,7 +211,7 @@ def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli) -> None
 # ------------------------------------------------------------------ reorder and skip warn
 
 
-def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, cli) -> None:
+def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, cli: Cli) -> None:
     world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
     world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double",
                         trailers=trailers(extra="Overlay-Flag: default\n"
@@ -235,7 +235,7 @@ def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, 
     assert lint(cli, world).code == 2  # lint refuses what refresh only warned about
 
 
-def test_rebase_skip_warns_for_a_patch_that_requires_the_skipped_one(tmp_path: Path, cli) -> None:
+def test_rebase_skip_warns_for_a_patch_that_requires_the_skipped_one(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["gone"])
     world.commit_change(PKG + "util.py", "return 2 * x", "return x + x", "util: double by addition",

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from overlay.core.patching import DirTree, MemoryTree, apply_patch
@@ -59,7 +61,7 @@ def test_path_outside_package_root_is_refused(world: World) -> None:
         apply_patch(tree_with(CORE_PY), patch, package_root="python")
 
 
-def test_add_delete_rename_on_a_directory_tree(world: World, tmp_path) -> None:
+def test_add_delete_rename_on_a_directory_tree(world: World, tmp_path: Path) -> None:
     up = world.upstream
     git(up, "mv", "python/demo_pkg/util.py", "python/demo_pkg/helpers.py")
     (up / "python/demo_pkg/new.py").write_text("NEW = True\n")
@@ -79,7 +81,7 @@ def test_add_delete_rename_on_a_directory_tree(world: World, tmp_path) -> None:
     assert not (target / "README.md").exists()
 
 
-def test_symlinked_folder_in_tree_is_not_followed(world2: World, tmp_path) -> None:
+def test_symlinked_folder_in_tree_is_not_followed(world2: World, tmp_path: Path) -> None:
     patch = load_series(world2.series_dir).patches[1]
     outside = tmp_path / "outside"
     (outside / "demo_pkg").mkdir(parents=True)

@@ -12,7 +12,7 @@ from overlay.core.series import load_engine_series
 from overlay.fsutil import exclusive_lock
 from overlay.stack.locks import lock_path
 from overlay.upstream.pin import Difference, compare_trees
-from support import World, git, make_wheel
+from support import Cli, CliResult, World, git, make_wheel
 
 PKG = "python/demo_pkg/"
 COMMENTED = "# the release this overlay is built on\n"
@@ -30,7 +30,7 @@ def unpinned(world: World) -> tuple[bytes, bytes]:
     return manifest.read_bytes(), series.read_bytes()
 
 
-def pin(cli, world: World, commit: str, *extra: str):
+def pin(cli: Cli, world: World, commit: str, *extra: str) -> CliResult:
     return cli("--root", str(world.root), "pin", "demo", "--commit", commit, *extra)
 
 
@@ -40,7 +40,7 @@ def commit_all(world: World, subject: str) -> str:
     return git(world.upstream, "rev-parse", "HEAD")
 
 
-def test_a_matching_commit_is_recorded_in_the_manifest_and_the_series_base(world: World, cli) -> None:
+def test_a_matching_commit_is_recorded_in_the_manifest_and_the_series_base(world: World, cli: Cli) -> None:
     unpinned(world)
     r = pin(cli, world, world.base_commit)
     assert r.code == 0, r.err
@@ -56,7 +56,7 @@ def test_a_matching_commit_is_recorded_in_the_manifest_and_the_series_base(world
     assert again.code == 0 and "already recorded; nothing to write" in again.out
 
 
-def test_a_commit_with_a_changed_python_file_is_refused_naming_it(world: World, cli) -> None:
+def test_a_commit_with_a_changed_python_file_is_refused_naming_it(world: World, cli: Cli) -> None:
     before = unpinned(world)
     changed = world.commit_change(PKG + "core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
     r = pin(cli, world, changed)
@@ -67,7 +67,7 @@ def test_a_commit_with_a_changed_python_file_is_refused_naming_it(world: World, 
     assert ((world.root / "overlays" / "demo.toml").read_bytes(), (world.series_dir / "series").read_bytes()) == before
 
 
-def test_a_commit_missing_a_file_names_every_difference(world: World, cli) -> None:
+def test_a_commit_missing_a_file_names_every_difference(world: World, cli: Cli) -> None:
     before = unpinned(world)
     (world.upstream / PKG / "util.py").unlink()
     (world.upstream / PKG / "__init__.py").write_text("# changed\n")
@@ -83,7 +83,7 @@ def test_a_commit_missing_a_file_names_every_difference(world: World, cli) -> No
     assert ((world.root / "overlays" / "demo.toml").read_bytes(), (world.series_dir / "series").read_bytes()) == before
 
 
-def test_other_files_that_differ_are_information_only(world: World, cli) -> None:
+def test_other_files_that_differ_are_information_only(world: World, cli: Cli) -> None:
     unpinned(world)
     (world.upstream / PKG / "native.so").write_bytes(b"rebuilt")
     (world.upstream / "README.md").write_text("outside the package root\n")
@@ -101,7 +101,7 @@ def test_other_files_that_differ_are_information_only(world: World, cli) -> None
     assert "NOTE python/demo_pkg/native.so: in the wheel, not in the commit (not Python: information only)" in r.out
 
 
-def test_dry_run_shows_the_result_and_writes_nothing(world: World, cli) -> None:
+def test_dry_run_shows_the_result_and_writes_nothing(world: World, cli: Cli) -> None:
     before = unpinned(world)
     r = pin(cli, world, world.base_commit, "--dry-run")
     assert r.code == 0, r.err
@@ -111,7 +111,7 @@ def test_dry_run_shows_the_result_and_writes_nothing(world: World, cli) -> None:
     assert not lock_path(world.root, "demo").exists()  # a dry run takes no lock
 
 
-def test_git_url_is_recorded_and_checked(world: World, cli, tmp_path: Path) -> None:
+def test_git_url_is_recorded_and_checked(world: World, cli: Cli, tmp_path: Path) -> None:
     unpinned(world)
     fork = tmp_path / "fork"
     subprocess.run(["git", "clone", "-q", "--bare", str(world.upstream), str(fork)], check=True, capture_output=True)
@@ -122,7 +122,7 @@ def test_git_url_is_recorded_and_checked(world: World, cli, tmp_path: Path) -> N
     assert r.code == 2 and "begins with '-'" in r.err
 
 
-def test_bad_or_unknown_commits_are_usage_errors(world: World, cli) -> None:
+def test_bad_or_unknown_commits_are_usage_errors(world: World, cli: Cli) -> None:
     before = unpinned(world)
     r = pin(cli, world, "v1.2.0")
     assert r.code == 2 and "is not a full 40-hex git commit id" in r.err
@@ -131,7 +131,7 @@ def test_bad_or_unknown_commits_are_usage_errors(world: World, cli) -> None:
     assert ((world.root / "overlays" / "demo.toml").read_bytes(), (world.series_dir / "series").read_bytes()) == before
 
 
-def test_pin_repairs_a_series_whose_base_commit_disagrees(world: World, cli) -> None:
+def test_pin_repairs_a_series_whose_base_commit_disagrees(world: World, cli: Cli) -> None:
     other = world.commit_change("README.md", "demo upstream", "demo upstream, later", "readme")
     (world.series_dir / "series").write_text(f"# base: demo 1.2.0 {other}\n")
     r = pin(cli, world, world.base_commit)
@@ -140,7 +140,7 @@ def test_pin_repairs_a_series_whose_base_commit_disagrees(world: World, cli) -> 
     assert "wrote overlays/demo.toml" not in r.out  # the manifest already had it: only series changed
 
 
-def test_pin_waits_for_the_engine_lock_and_refuses_during_a_rebase(world: World, cli) -> None:
+def test_pin_waits_for_the_engine_lock_and_refuses_during_a_rebase(world: World, cli: Cli) -> None:
     before = unpinned(world)
     with exclusive_lock(lock_path(world.root, "demo"), command="overlay refresh demo"):
         r = pin(cli, world, world.base_commit)
@@ -171,7 +171,7 @@ def test_compare_trees_kinds_without_git() -> None:
     assert other == [Difference("pkg/lib.so", "missing")]
 
 
-def test_allow_members_reaches_pin_rebase_review_and_the_surface_check(world: World, cli) -> None:
+def test_allow_members_reaches_pin_rebase_review_and_the_surface_check(world: World, cli: Cli) -> None:
     """A wheel with its own .data folder, admitted by upstream.allow-members: every reader of the pinned and the target
     wheel (pin, rebase, review, check's surface) must take the manifest's allowance, not refuse the wheel."""
     from overlay.check.run import _surface

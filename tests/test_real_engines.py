@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from overlay.core.manifest import load_engine
-from support import GIT_ENV
+from support import GIT_ENV, Cli
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.network
@@ -64,7 +64,7 @@ def record_ok(files: dict[str, bytes], dist_info: str) -> None:
 
 
 @pytest.mark.parametrize("engine", list(EDITS))
-def test_real_engine_end_to_end(real_root: Path, engine: str, cli) -> None:
+def test_real_engine_end_to_end(real_root: Path, engine: str, cli: Cli) -> None:
     r = cli("--root", str(real_root), "-q", "fetch", engine)
     assert r.code == 0, r.err
     stock_wheel = Path(r.out.strip().splitlines()[0])

@@ -12,7 +12,7 @@ import pytest
 from overlay.core.manifest import load_engine
 from overlay.core.series import load_series
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import World, git
+from support import Cli, World, git
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def tree_snapshot(root: Path, *, skip: tuple[str, ...] = ("build/cache",)) -> di
     return out
 
 
-def test_rebase_classifies_and_publishes(rworld: World, cli) -> None:
+def test_rebase_classifies_and_publishes(rworld: World, cli: Cli) -> None:
     names = add_patches(rworld, ["util", "clean", "offset", "merged", "upstreamed", "equivalent"])
     manifest_path = rworld.root / "overlays" / "demo.toml"
     manifest_path.write_text("# the demo engine (a comment the rebase must keep)\n" + manifest_path.read_text())
@@ -101,7 +101,7 @@ def _resolve_conflict(repo: Path, path: str, replacement: str) -> None:
     target.write_text(new)
 
 
-def test_conflict_stops_then_continue_publishes(rworld: World, cli) -> None:
+def test_conflict_stops_then_continue_publishes(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["util", "conflict", "clean"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -137,7 +137,7 @@ def test_conflict_stops_then_continue_publishes(rworld: World, cli) -> None:
     assert cli(*root, "lint", "demo").code == 0
 
 
-def test_abort_leaves_no_trace(rworld: World, cli) -> None:
+def test_abort_leaves_no_trace(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["clean", "conflict"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -158,7 +158,7 @@ def test_abort_leaves_no_trace(rworld: World, cli) -> None:
     assert r.code == 2 and "no rebase of demo is in progress" in r.err
 
 
-def test_obsolete_names_the_rename_and_skip_drops(rworld: World, cli) -> None:
+def test_obsolete_names_the_rename_and_skip_drops(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["renamed", "gone", "util"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -184,7 +184,7 @@ def test_obsolete_names_the_rename_and_skip_drops(rworld: World, cli) -> None:
     assert "patch: 0002-old-old_api-adds-zero.patch" in ledger and "skipped by the user" in ledger
 
 
-def test_dry_run_writes_nothing(rworld: World, cli) -> None:
+def test_dry_run_writes_nothing(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["clean", "conflict", "renamed"])
     release = make_release(rworld)
     before = tree_snapshot(rworld.root)
@@ -195,7 +195,7 @@ def test_dry_run_writes_nothing(rworld: World, cli) -> None:
     assert not (rworld.root / "build" / "rebase" / "demo").exists()
 
 
-def test_refusals(rworld: World, cli) -> None:
+def test_refusals(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["clean"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -217,7 +217,7 @@ def test_refusals(rworld: World, cli) -> None:
     assert r.code == 0, r.err
 
 
-def test_continue_refuses_a_series_changed_meanwhile(rworld: World, cli) -> None:
+def test_continue_refuses_a_series_changed_meanwhile(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["conflict"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -228,7 +228,7 @@ def test_continue_refuses_a_series_changed_meanwhile(rworld: World, cli) -> None
     assert r.code == 2 and "changed while the rebase" in r.err and "--abort" in r.err
 
 
-def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
+def test_a_user_commit_counts_as_the_resolution(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["conflict"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -242,12 +242,13 @@ def test_a_user_commit_counts_as_the_resolution(rworld: World, cli) -> None:
     assert "+    f = x + 13" in patch and "my own message" not in patch  # the patch keeps its message
 
 
-def test_continue_after_an_interrupted_run(rworld: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_continue_after_an_interrupted_run(rworld: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     import overlay.upstream.rebase.run as rb
 
     add_patches(rworld, ["util", "clean"])
     release = make_release(rworld)
-    real = rb.classify
+    from overlay.upstream.replay import classify as real
+
     interrupted: list[int] = []
 
     def interrupt_once(ws, index, patch, **kw):  # type: ignore[no-untyped-def]
@@ -268,7 +269,7 @@ def test_continue_after_an_interrupted_run(rworld: World, cli, monkeypatch: pyte
     assert cli(*root, "lint", "demo").code == 0
 
 
-def test_an_empty_series_moves_the_pin_only(rworld: World, cli) -> None:
+def test_an_empty_series_moves_the_pin_only(rworld: World, cli: Cli) -> None:
     release = make_release(rworld)
     r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
     assert r.code == 0, r.err
@@ -277,7 +278,7 @@ def test_an_empty_series_moves_the_pin_only(rworld: World, cli) -> None:
     assert not (rworld.series_dir / "DROPPED").exists()
 
 
-def test_lint_against_another_release(rworld: World, cli) -> None:
+def test_lint_against_another_release(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["util", "offset"])
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
@@ -292,7 +293,7 @@ def test_lint_against_another_release(rworld: World, cli) -> None:
     assert "matches nowhere" in r.err and "--dry-run" in r.err
 
 
-def test_json_output_is_the_report_file(rworld: World, cli) -> None:
+def test_json_output_is_the_report_file(rworld: World, cli: Cli) -> None:
     """`rebase --json` printed a document built without the state (no bases, no upstream status, no from artifacts)."""
     add_patches(rworld, ["util", "clean", "conflict"])
     release = make_release(rworld)

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 from rebase_support import PKG, make_rebase_world, make_release
+from support import Cli
 
 
-def test_dry_run_says_which_conflicts_are_inherited(tmp_path: Path, cli) -> None:
+def test_dry_run_says_which_conflicts_are_inherited(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     # 0001 changes the line upstream changed too (its own conflict); 0002 and 0003 change the lines right after it,
     # written on top of 0001: they conflict only while 0001 is left out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from overlay.core.lint import merge_hotspots
 from overlay.core.series import load_series
-from support import World, make_world
+from support import Cli, World, make_world
 
 CORE = "python/demo_pkg/core.py"
 
@@ -22,7 +22,7 @@ def _flag_patches(world: World, n: int) -> None:
         last = line
 
 
-def test_lint_warns_about_a_region_most_patches_touch(tmp_path: Path, cli) -> None:
+def test_lint_warns_about_a_region_most_patches_touch(tmp_path: Path, cli: Cli) -> None:
     world = make_world(tmp_path)
     _flag_patches(world, 3)
     world.commit_change(CORE, "y = x * 2", "y = x * 3", "core: step triples")
@@ -38,7 +38,7 @@ def test_lint_warns_about_a_region_most_patches_touch(tmp_path: Path, cli) -> No
     assert json.loads(r.out)["engines"][0]["warnings"][0].startswith("merge hotspot: 3 of the 4 patches")
 
 
-def test_no_warning_when_a_third_or_fewer_touch_the_region(tmp_path: Path, cli) -> None:
+def test_no_warning_when_a_third_or_fewer_touch_the_region(tmp_path: Path, cli: Cli) -> None:
     world = make_world(tmp_path)
     _flag_patches(world, 3)
     for old, new in (("return a + b", "return b + a"), ("self.size = size", "self.size = int(size)"),

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from overlay.core.series import parse_patch_bytes
+from overlay.core.series import Patch, parse_patch_bytes
 from overlay.upstream.astmap import LineMap, check_hunk_locations
+from support import Cli
 
 BASE = b"""\
 def first(x):
@@ -62,7 +63,7 @@ diff --git a/m.py b/m.py
 """
 
 
-def _patch(raw: bytes = SAME_LINE_PATCH):
+def _patch(raw: bytes = SAME_LINE_PATCH) -> Patch:
     return parse_patch_bytes(raw, name="0001-log-every-call.patch")
 
 
@@ -82,7 +83,7 @@ LONG = "".join(
 ).encode()
 
 
-def _one_hunk_patch(before: bytes, after: bytes):
+def _one_hunk_patch(before: bytes, after: bytes) -> Patch:
     import difflib
 
     diff = "".join(difflib.unified_diff(before.decode().splitlines(keepends=True), after.decode().splitlines(keepends=True),
@@ -92,7 +93,7 @@ def _one_hunk_patch(before: bytes, after: bytes):
                              name="0001-second-scales.patch")
 
 
-def _second_scales():
+def _second_scales() -> Patch:
     # the same line, byte for byte, is in all three functions; the patch changes the one in second()
     i = LONG.index(b"def second")
     j = LONG.index(b"    v4 = x * 4\n", i)
@@ -126,7 +127,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.network
-def test_real_mlx_lm_series_lands_in_the_same_symbols_on_0_32_1(tmp_path: Path, cli) -> None:
+def test_real_mlx_lm_series_lands_in_the_same_symbols_on_0_32_1(tmp_path: Path, cli: Cli) -> None:
     """On a fresh copy of the repository, the pinned 0.32.2 series checked against 0.32.1: 0016 (server.py hunk #10)
     and 0024 (gated_delta.py hunk #6) add lines that other hunks of the same patch add too; no move is reported."""
     root = tmp_path / "repo"

@@ -19,6 +19,7 @@ import pytest
 
 from overlay.core.manifest import load_engine
 from overlay.core.series import load_series
+from support import Cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "mlx-lm-0.31.2"
@@ -43,7 +44,7 @@ def old_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli) -> None:
+def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli: Cli) -> None:
     root = ["--root", str(old_root)]
     assert cli(*root, "lint", "mlx-lm").code == 0  # the test series applies exactly at 0.31.2
     r = cli(*root, "rebase", "mlx-lm", "--to", "0.32.2")
@@ -83,7 +84,7 @@ def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli) -> None:
     assert cli(*root, "lint", "mlx-lm").code == 0  # every rebased patch applies exactly at 0.32.2
 
 
-def test_real_review_names_the_changed_symbols(old_root: Path, cli) -> None:
+def test_real_review_names_the_changed_symbols(old_root: Path, cli: Cli) -> None:
     if load_engine(old_root, "mlx-lm").upstream.version != "0.32.2":
         pytest.skip("needs the rebase of the previous test")
     html = old_root / "build" / "reports" / "mlx-lm-review.html"
@@ -107,7 +108,7 @@ def test_real_review_names_the_changed_symbols(old_root: Path, cli) -> None:
 
 
 @pytest.mark.slow
-def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, cli) -> None:
+def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, cli: Cli) -> None:
     """sglang's series at 0.5.23 dry-run onto 0.5.22: each conflict is the patch's own or inherited (naming where
     from). The series' flags are declared in one first patch (0001), so srt/environ.py is no merge hotspot any more
     (before: 16 of 18 patches touched the same lines there, 16 conflicts of which 11 inherited)."""

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from rebase_support import add_patches, make_rebase_world, make_release, release_files
-from support import World
+from support import Cli, World
 
 
 def _tree(world: World) -> dict[str, str]:
@@ -17,7 +17,7 @@ def _tree(world: World) -> dict[str, str]:
     return {p.relative_to(world.root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
-def test_a_merged_patch_stops_for_review_and_abort_gives_it_up(tmp_path: Path, cli) -> None:
+def test_a_merged_patch_stops_for_review_and_abort_gives_it_up(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean", "merged"])
     before = _tree(world)
@@ -42,7 +42,7 @@ def test_a_merged_patch_stops_for_review_and_abort_gives_it_up(tmp_path: Path, c
     assert not (world.root / "build" / "rebase" / "demo").exists()
 
 
-def test_publish_then_undo_restores_every_byte(tmp_path: Path, cli) -> None:
+def test_publish_then_undo_restores_every_byte(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "merged", "upstreamed"])
     (world.series_dir / "DROPPED").write_text("# an old ledger\n")
@@ -65,7 +65,7 @@ def test_publish_then_undo_restores_every_byte(tmp_path: Path, cli) -> None:
     assert r.code == 2 and "no published rebase of demo to undo" in r.err
 
 
-def test_undo_refuses_when_the_series_changed_since_the_publish(tmp_path: Path, cli) -> None:
+def test_undo_refuses_when_the_series_changed_since_the_publish(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "clean"])
     release = make_release(world)
@@ -78,7 +78,7 @@ def test_undo_refuses_when_the_series_changed_since_the_publish(tmp_path: Path, 
     assert series.read_text().endswith("# edited after the publish\n")
 
 
-def test_a_target_older_than_the_pin_stops_for_review(tmp_path: Path, cli) -> None:
+def test_a_target_older_than_the_pin_stops_for_review(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "clean"])
     before = _tree(world)

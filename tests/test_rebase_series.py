@@ -7,6 +7,7 @@ from pathlib import Path
 
 from overlay.core.series import render_series
 from rebase_support import add_patches, make_rebase_world, make_release
+from support import Cli
 
 OLD = """\
 # base: demo 1.2.0 -
@@ -44,7 +45,7 @@ def _with_comments(series: Path, names: list[str]) -> str:
     return text
 
 
-def test_rebase_keeps_series_comments_and_blank_lines(tmp_path: Path, cli) -> None:
+def test_rebase_keeps_series_comments_and_blank_lines(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     names = add_patches(world, ["util", "upstreamed", "clean"])
     _with_comments(world.series_dir / "series", names)
@@ -57,7 +58,7 @@ def test_rebase_keeps_series_comments_and_blank_lines(tmp_path: Path, cli) -> No
                    "# end of series\n")
 
 
-def test_refresh_rewrites_a_commented_series_byte_for_byte(tmp_path: Path, cli) -> None:
+def test_refresh_rewrites_a_commented_series_byte_for_byte(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     names = add_patches(world, ["util", "clean", "offset"])
     text = _with_comments(world.series_dir / "series", names)
@@ -68,7 +69,7 @@ def test_refresh_rewrites_a_commented_series_byte_for_byte(tmp_path: Path, cli) 
     assert (world.series_dir / "series").read_text() == text
 
 
-def test_skipping_a_required_patch_names_the_patches_that_need_it(tmp_path: Path, cli) -> None:
+def test_skipping_a_required_patch_names_the_patches_that_need_it(tmp_path: Path, cli: Cli) -> None:
     from rebase_support import PKG
     from support import TRAILERS
 

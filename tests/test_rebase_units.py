@@ -17,7 +17,7 @@ from overlay.errors import ConfigError, PatchError
 from overlay.git.objects import tree_id
 from overlay.upstream.astmap import SymbolIndex, compare_symbol, hunk_locations, hunk_moves, symbols
 from overlay.upstream.relocate import relocate_patch, reverse_patch
-from support import GIT_ENV, World, make_wheel
+from support import GIT_ENV, Cli, World, make_wheel
 
 BASE = "".join(f"line {i}\n" for i in range(1, 21))
 
@@ -215,7 +215,7 @@ def test_tree_id_matches_git(tmp_path: Path) -> None:
     assert tree_id(files) == run("write-tree")
 
 
-def test_refresh_refuses_a_base_that_is_not_the_pinned_tree(world2: World, cli) -> None:
+def test_refresh_refuses_a_base_that_is_not_the_pinned_tree(world2: World, cli: Cli) -> None:
     assert cli("--root", str(world2.root), "-q", "checkout", "demo").code == 0
     # the same version re-pinned to another artifact (e.g. a re-uploaded wheel): the worktree's base is stale
     other = make_wheel(world2.root.parent / "other" / world2.wheel.name, {"demo_pkg/__init__.py": b"X = 2\n"})

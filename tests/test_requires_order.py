@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, TRAILERS, World
+from support import GIT_ENV, TRAILERS, Cli, World
 
 CORE = "0001-core-shorter-greeting.patch"
 UTIL = "0002-util-double.patch"
@@ -26,7 +26,7 @@ def two_patches(world: World) -> None:
     assert world.export_series() == [CORE, UTIL]
 
 
-def test_a_series_reordered_by_hand_fails_lint_naming_both_patches(world: World, cli) -> None:
+def test_a_series_reordered_by_hand_fails_lint_naming_both_patches(world: World, cli: Cli) -> None:
     two_patches(world)
     root = ["--root", str(world.root)]
     assert cli(*root, "lint", "demo").code == 0
@@ -45,7 +45,7 @@ def test_a_series_reordered_by_hand_fails_lint_naming_both_patches(world: World,
     assert not (world.root / "out").exists()
 
 
-def test_a_prefix_of_an_ordered_series_keeps_what_it_requires(world: World, cli) -> None:
+def test_a_prefix_of_an_ordered_series_keeps_what_it_requires(world: World, cli: Cli) -> None:
     two_patches(world)
     root = ["--root", str(world.root)]
     r = cli(*root, "apply", "demo", "--upto", "1", "--out", str(world.root / "out"))
@@ -60,7 +60,7 @@ def _edit_todo(wt: Path, script: str) -> None:
     subprocess.run(["git", "rebase", "-q", "-i", "overlay/base"], cwd=wt, env=env, check=True, capture_output=True)
 
 
-def test_refresh_after_dropping_a_required_commit_warns_and_lint_refuses(world: World, cli) -> None:
+def test_refresh_after_dropping_a_required_commit_warns_and_lint_refuses(world: World, cli: Cli) -> None:
     two_patches(world)
     root = ["--root", str(world.root)]
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
@@ -72,7 +72,7 @@ def test_refresh_after_dropping_a_required_commit_warns_and_lint_refuses(world: 
     assert r.code == 2 and f"0001-util-double.patch: Overlay-Requires '{CORE}': no such patch in the series" in r.err
 
 
-def test_refresh_after_a_reorder_fails_lint_naming_both(world: World, cli) -> None:
+def test_refresh_after_a_reorder_fails_lint_naming_both(world: World, cli: Cli) -> None:
     two_patches(world)
     root = ["--root", str(world.root)]
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
@@ -92,7 +92,7 @@ def test_refresh_after_a_reorder_fails_lint_naming_both(world: World, cli) -> No
     assert cli(*root, "lint", "demo").code == 0
 
 
-def test_rebase_skip_names_every_patch_that_required_the_skipped_one(tmp_path: Path, cli) -> None:
+def test_rebase_skip_names_every_patch_that_required_the_skipped_one(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["gone"])
     gone = sorted(p.name for p in world.series_dir.glob("*.patch"))[0]

@@ -8,19 +8,20 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from overlay.cli.main import main
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
-from support import GIT_ENV, World
+from support import GIT_ENV, Cli, World
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = PKG + "engine.py"
 
 
 @pytest.fixture(scope="module")
-def reviewed(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, dict, Path]:
+def reviewed(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, dict[str, Any], Path]:
     """A series at 1.2.0 reviewed against 1.3.0 before any rebase (the rebase is replayed on the fly)."""
     world = make_rebase_world(tmp_path_factory.mktemp("review"))
     add_patches(world, ["clean", "offset", "upstreamed", "equivalent", "plan", "run", "renamed"])
@@ -33,7 +34,7 @@ def reviewed(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, dict, Pat
     return world, data, html
 
 
-def test_review_names_the_symbols_upstream_changed(reviewed: tuple[World, dict, Path]) -> None:
+def test_review_names_the_symbols_upstream_changed(reviewed: tuple[World, dict[str, Any], Path]) -> None:
     _world, data, _html = reviewed
     assert data["version"] == 1 and data["from"] == "1.2.0" and data["to"] == "1.3.0" and data["anchor"] == "old"
     status = {(s["path"], s["symbol"]): s["status"] for s in data["symbols"]}
@@ -62,7 +63,7 @@ def test_review_names_the_symbols_upstream_changed(reviewed: tuple[World, dict, 
                        "0005": "conflict", "0006": "merged", "0007": "obsolete"}
 
 
-def test_review_range_diff_and_hunk_location_check(reviewed: tuple[World, dict, Path]) -> None:
+def test_review_range_diff_and_hunk_location_check(reviewed: tuple[World, dict[str, Any], Path]) -> None:
     _world, data, _html = reviewed
     rd = {(e["old"] or "-")[:4]: (e["marker"], e["kind"], (e["new"] or "-")[:4]) for e in data["range_diff"]}
     assert rd == {
@@ -80,7 +81,7 @@ def test_review_range_diff_and_hunk_location_check(reviewed: tuple[World, dict, 
     assert conflict["note"].startswith("conflict: 3-way merge conflicts in")
 
 
-def test_review_after_rebase_pairs_renumbered_patches(tmp_path: Path, cli) -> None:
+def test_review_after_rebase_pairs_renumbered_patches(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "upstreamed", "clean"])
     release = make_release(world)
@@ -99,7 +100,7 @@ def test_review_after_rebase_pairs_renumbered_patches(tmp_path: Path, cli) -> No
     assert data["range_diff"][1]["note"].startswith("upstreamed: reverse-applies on 1.3.0")
 
 
-def test_review_finds_the_old_series_in_git_history(tmp_path: Path, cli) -> None:
+def test_review_finds_the_old_series_in_git_history(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "plan"])
     release = make_release(world)
@@ -127,7 +128,7 @@ def test_review_finds_the_old_series_in_git_history(tmp_path: Path, cli) -> None
     assert any(s["symbol"] == "Scheduler.plan" and s["status"] == "rewritten" for s in data["symbols"])
 
 
-def test_review_without_the_older_series_says_so(tmp_path: Path, cli) -> None:
+def test_review_without_the_older_series_says_so(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "run"])
     release = make_release(world)
@@ -148,7 +149,7 @@ def test_review_without_the_older_series_says_so(tmp_path: Path, cli) -> None:
 
 
 @pytest.mark.browser
-def test_html_report_renders_in_headless_chromium(reviewed: tuple[World, dict, Path], tmp_path: Path) -> None:
+def test_html_report_renders_in_headless_chromium(reviewed: tuple[World, dict[str, Any], Path], tmp_path: Path) -> None:
     _world, data, html = reviewed
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -176,7 +177,7 @@ def test_html_report_renders_in_headless_chromium(reviewed: tuple[World, dict, P
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
-def test_review_spots_an_upstream_change_with_our_patch_s_ast(tmp_path: Path, cli) -> None:
+def test_review_spots_an_upstream_change_with_our_patch_s_ast(tmp_path: Path, cli: Cli) -> None:
     """Upstream made our change in other words (other formatting, a comment): reverse-apply and the 3-way merge
     cannot see it, the AST comparison can."""
     from rebase_support import release_files

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from rebase_support import PKG, add_patches, make_rebase_world, make_release, release_files
-from support import GIT_ENV, World
+from support import GIT_ENV, Cli, World
 
 ENGINE = PKG + "engine.py"
 
@@ -28,7 +28,7 @@ def _g(wt: Path, *args: str) -> str:
                           check=True).stdout
 
 
-def _series_at_new_release(world: World, cli) -> list[str]:
+def _series_at_new_release(world: World, cli: Cli) -> list[str]:
     """The series rebased onto 1.3.0, then a patch written at 1.3.0 into fresh_helper and a new module, the rebase
     history removed: the usual state after a rebase, reviewed with --from 1.2.0 --to 1.3.0."""
     add_patches(world, ["merged", "clean"])
@@ -59,7 +59,7 @@ def _series_at_new_release(world: World, cli) -> list[str]:
     return root
 
 
-def test_review_reads_from_to_when_the_series_sits_on_to(tmp_path: Path, cli) -> None:
+def test_review_reads_from_to_when_the_series_sits_on_to(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     root = _series_at_new_release(world, cli)
     html = tmp_path / "review.html"
@@ -87,7 +87,7 @@ def test_review_reads_from_to_when_the_series_sits_on_to(tmp_path: Path, cli) ->
     assert "engine.py::merged_target (changed)" in text and "helpers.py::Helper (added-by-series)" in text
 
 
-def test_review_collapses_unchanged_and_shows_changes_elsewhere(tmp_path: Path, cli) -> None:
+def test_review_collapses_unchanged_and_shows_changes_elsewhere(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["merged", "clean", "offset"])
     release = make_release(world, files=release_files(world, EDITS, rename_legacy=False, delete_old=False))
@@ -106,7 +106,7 @@ def test_review_collapses_unchanged_and_shows_changes_elsewhere(tmp_path: Path, 
     assert data["unchanged"] == 2
 
 
-def test_review_counts_moved_hunks_as_flagged(tmp_path: Path, cli) -> None:
+def test_review_counts_moved_hunks_as_flagged(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["run"])
     release = make_release(world)  # Scheduler.run renamed to execute upstream

@@ -14,7 +14,7 @@ import pytest
 from overlay.schemas import DOCUMENTS, load, render
 from overlay.schemas.__main__ import main as schemas_main
 from rebase_support import add_patches, make_rebase_world, make_release
-from support import World
+from support import Cli, World
 
 
 def _valid(name: str, doc: Any) -> None:
@@ -39,7 +39,7 @@ def test_a_schema_refuses_what_its_type_refuses() -> None:
             _valid("refresh-journal", broken)
 
 
-def test_provenance_and_checkout_state(world2: World, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provenance_and_checkout_state(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     root = ["--root", str(world2.root)]
     r = cli(*root, "apply", "demo")
     assert r.code == 0, r.err
@@ -52,7 +52,8 @@ def test_provenance_and_checkout_state(world2: World, cli, monkeypatch: pytest.M
     import overlay.stack.transaction as txn
 
     seen: list[Any] = []
-    real = txn.publish_file
+    from overlay.fsutil import publish_file as real
+
 
     def capture(src: Path, dst: Path) -> None:  # the journal is on disk while the files are renamed into place
         seen.append(json.loads((txn.refresh_txn_dir(world2.root, "demo") / txn.JOURNAL).read_text()))
@@ -68,7 +69,7 @@ def test_provenance_and_checkout_state(world2: World, cli, monkeypatch: pytest.M
     _valid("refresh-journal", seen[0])
 
 
-def test_rebase_state_report_and_review_report(tmp_path: Path, cli) -> None:
+def test_rebase_state_report_and_review_report(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "clean", "conflict"])
     release = make_release(world)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from overlay.core.series import check_trailers, load_series, parse_patch, parse_patch_bytes
@@ -53,7 +55,9 @@ def test_no_newline_at_end_of_file_and_new_and_deleted_files(world: World) -> No
         (lambda t: t.replace(b"a/python/demo_pkg/core.py b/", b"a/.git/config b/", 1), IntegrityError, r"\.git"),
     ],
 )
-def test_malformed_or_unsafe_patches_are_refused(world2: World, mutate, error, message: str) -> None:
+def test_malformed_or_unsafe_patches_are_refused(
+    world2: World, mutate: Callable[[bytes], bytes], error: type[Exception], message: str
+) -> None:
     path = sorted(world2.series_dir.glob("0001-*.patch"))[0]
     raw = path.read_bytes()
     assert b"@@ -4,7 +4,7 @@" in raw

@@ -9,7 +9,7 @@ import pytest
 from overlay.errors import UsageError
 from overlay.stack.checkout import checkout
 from overlay.stack.refresh import refresh
-from support import GIT_ENV, World, git
+from support import GIT_ENV, Cli, World, git
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -20,7 +20,7 @@ def wt_git(wt: Path, *args: str) -> str:
     return git(wt, *args)
 
 
-def test_checkout_makes_base_plus_one_commit_per_patch(world2: World, cli) -> None:
+def test_checkout_makes_base_plus_one_commit_per_patch(world2: World, cli: Cli) -> None:
     r = cli("--root", str(world2.root), "checkout", "demo")
     assert r.code == 0, r.err
     wt = Path(r.out.strip())
@@ -35,7 +35,7 @@ def test_checkout_makes_base_plus_one_commit_per_patch(world2: World, cli) -> No
     assert other.base == wt_git(wt, "rev-parse", "overlay/base")
 
 
-def test_refresh_of_an_unchanged_worktree_rewrites_no_byte(world2: World, cli) -> None:
+def test_refresh_of_an_unchanged_worktree_rewrites_no_byte(world2: World, cli: Cli) -> None:
     before = snapshot(world2.series_dir)
     mtimes = {p.name: p.stat().st_mtime_ns for p in world2.series_dir.iterdir()}
     assert cli("--root", str(world2.root), "-q", "checkout", "demo").code == 0
@@ -45,7 +45,7 @@ def test_refresh_of_an_unchanged_worktree_rewrites_no_byte(world2: World, cli) -
     assert {p.name: p.stat().st_mtime_ns for p in world2.series_dir.iterdir()} == mtimes
 
 
-def test_edit_reorder_and_new_commit(world2: World, cli) -> None:
+def test_edit_reorder_and_new_commit(world2: World, cli: Cli) -> None:
     wt = Path(cli("--root", str(world2.root), "-q", "checkout", "demo").out.strip())
     names = sorted(p.name for p in world2.series_dir.glob("*.patch"))
     old = {n: (world2.series_dir / n).read_bytes() for n in names}
@@ -81,7 +81,7 @@ def test_edit_reorder_and_new_commit(world2: World, cli) -> None:
     assert sorted(p.name for p in world2.series_dir.glob("*.patch")) == series
 
 
-def test_refresh_refuses_dirty_worktree_and_foreign_base(world2: World, cli) -> None:
+def test_refresh_refuses_dirty_worktree_and_foreign_base(world2: World, cli: Cli) -> None:
     wt = Path(cli("--root", str(world2.root), "-q", "checkout", "demo").out.strip())
     (wt / "python/demo_pkg/util.py").write_text("dirty\n")
     r = cli("--root", str(world2.root), "refresh", "demo")

@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 
 import pytest
-from tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 from overlay.check.models import build
 from overlay.check.models.builder import mlx_env, stock_mlx_python
+from tinymodels.tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 
 @pytest.fixture(scope="session")

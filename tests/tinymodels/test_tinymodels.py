@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 from overlay.check.models import KINDS, PROMPTS, all_prompts, build, model_dir, read_manifest, recipe_hash
 from overlay.check.models import builder as builder_module
@@ -22,6 +21,7 @@ from overlay.check.models.recipes import HeavyRecipe, RandomRecipe
 from overlay.check.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, load_tokenizer
 from overlay.cli.main import main as overlay_main
 from overlay.errors import UsageError
+from tinymodels.tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 QWEN_MTP_NAMES = {
     "mtp.fc.weight", "mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
