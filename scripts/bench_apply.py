@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.core.build import apply_engine  # noqa: E402
-from overlay.core.fetch import fetch_artifact  # noqa: E402
-from overlay.core.manifest import load_engine  # noqa: E402
+from overlay.core.build import apply_engine
+from overlay.core.fetch import fetch_artifact
+from overlay.core.manifest import load_engine
 
 
 def bare_rezip(wheel: Path, out: Path) -> None:

@@ -30,10 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from overlay.core.build import apply_engine, select_artifact  # noqa: E402
-from overlay.core.fetch import cached_path, fetch_artifact  # noqa: E402
-from overlay.core.manifest import load_engine  # noqa: E402
-from overlay.fsutil import atomic_write_json  # noqa: E402
+from overlay.core.build import apply_engine, select_artifact
+from overlay.core.fetch import cached_path, fetch_artifact
+from overlay.core.manifest import load_engine
+from overlay.fsutil import atomic_write_json
 
 CARRY_LIMIT = 64 * 1024 * 1024
 SGLANG_EXTRA = ["msgspec", "orjson", "pybase64", "pyzmq", "setproctitle", "partial_json_parser", "interegular",
@@ -145,7 +145,7 @@ def run(budget: int, dry: bool) -> int:
         import torch
 
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - a machine without torch reports none
+    except Exception:
         pass
     ok = all(results[e]["exit_code"] == 0 for e in ("exllamav3", "sglang"))
     report = {"version": 1, "kind": "device-check", "dry_run": dry, "gpu": gpu,

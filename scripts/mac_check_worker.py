@@ -60,7 +60,7 @@ def main() -> None:
                     runs.append({"prompt": p, "seed": seed, "tokens": tokens, "from_draft": flags,
                                  "decode_tps": tps, "seconds": time.perf_counter() - tic})
             out["cases"][case["id"]] = {"runs": runs}
-        except Exception:  # noqa: BLE001 - reported per case, the others still run
+        except Exception:
             out["cases"][case["id"]] = {"runs": runs, "error": traceback.format_exc()[-1500:]}
     sys.stdout.write(json.dumps(out) + "\n")
 

@@ -7,8 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overlay.cli.main import main  # noqa: E402
-from support import Cli, CliResult, World, add_two_patches, make_world  # noqa: E402
+from overlay.cli.main import main
+from support import Cli, CliResult, World, add_two_patches, make_world
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("extra,member,why", HOSTILE)
+@pytest.mark.parametrize(("extra", "member", "why"), HOSTILE)
 def test_pinned_hostile_wheel_is_refused_by_apply_and_checkout(
     world: World, cli: Cli, extra: list[tuple[zipfile.ZipInfo, bytes]], member: str, why: str
 ) -> None:
@@ -132,7 +132,7 @@ def _tinfo(name: str, kind: bytes, *, linkname: str = "", size: int = 0) -> tarf
 
 
 @pytest.mark.parametrize(
-    "member,why",
+    ("member", "why"),
     [
         (_tinfo("demo-engine-1.2.0/demo_pkg/link", tarfile.SYMTYPE, linkname="/etc/passwd"), "is a symlink"),
         (_tinfo("demo-engine-1.2.0/demo_pkg/hard", tarfile.LNKTYPE, linkname="demo-engine-1.2.0/demo_pkg/__init__.py"),
@@ -191,7 +191,7 @@ def _add_file_patch(world: World, rel: str, data: bytes = b"Name: evil\n") -> No
 
 
 @pytest.mark.parametrize(
-    "rel,why",
+    ("rel", "why"),
     [
         ("python/evil-1.0.dist-info/METADATA", "is in a .dist-info folder"),
         ("python/demo_engine-1.2.0.data/scripts/x", "is in a .data folder"),

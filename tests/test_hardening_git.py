@@ -34,8 +34,7 @@ def _git_dir_snapshot(git_dir: Path) -> dict[str, str]:
     out = {}
     for p in sorted(git_dir.rglob("*")):
         rel = p.relative_to(git_dir).as_posix()
-        if p.is_file() and (rel in ("HEAD", "index", "packed-refs", "config", "ORIG_HEAD") or rel.startswith("refs/")
-                            or rel.startswith("logs/")):
+        if p.is_file() and (rel in ("HEAD", "index", "packed-refs", "config", "ORIG_HEAD") or rel.startswith(("refs/", "logs/"))):
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 

@@ -11,7 +11,7 @@ from support import Cli, World
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("engine,version,root", [("sglang", "0.5.23", "python"), ("exllamav3", "1.6.5", ""),
+@pytest.mark.parametrize(("engine", "version", "root"), [("sglang", "0.5.23", "python"), ("exllamav3", "1.6.5", ""),
                                                  ("mlx-lm", "0.32.2", "")])
 def test_real_manifests_pin_version_hash_and_layout(engine: str, version: str, root: str) -> None:
     m = load_engine(REPO, engine)
@@ -32,7 +32,7 @@ def test_unknown_key_names_key_and_closest(world: World, cli: Cli) -> None:
 
 
 @pytest.mark.parametrize(
-    "edit,message",
+    ("edit", "message"),
     [
         (('sha256 = "', 'sha256 = "zz'), r"sha256 'zz[0-9a-f]+' is not 64 lower-case hex digits"),
         (('commit = "', 'commit = "abc'), r"upstream.commit 'abc[0-9a-f]+' is not a full 40-hex git commit id"),

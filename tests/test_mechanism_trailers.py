@@ -189,8 +189,8 @@ def test_lint_checks_mechanism_names_against_the_engine(world: World, cli: Cli) 
     patch = parse_patch(world.series_dir / names[0])
     assert check_declarations(patch, engine="sglang") == []
     got = check_declarations(patch, engine="mlx-lm")
-    assert got == ["Overlay-Mechanism 'eager-launches decreases in decode-step': mlx-lm has no scenario 'decode-step' "
-                   "(did you mean 'decode-token'?)"]
+    assert got == [("Overlay-Mechanism 'eager-launches decreases in decode-step': mlx-lm has no scenario 'decode-step' "
+                   "(did you mean 'decode-token'?)")]
 
 
 def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli: Cli) -> None:
@@ -227,9 +227,9 @@ def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, 
     r = cli(*root, "refresh", "demo", "--json")
     assert r.code == 0, r.err  # a warning, not an error
     assert json.loads(r.out)["warnings"] == [
-        "0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch': that patch comes after it "
+        ("0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch': that patch comes after it "
         "(position 2, this one is 1); move the patch after the one it needs, or restore that one "
-        "(or remove the Overlay-Requires line if it no longer applies)"]
+        "(or remove the Overlay-Requires line if it no longer applies)")]
     assert "WARNING 0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch'" in r.err
     assert load_series(world.series_dir).names == ("0001-util-double.patch", "0002-core-shorter-greeting.patch")
     assert lint(cli, world).code == 2  # lint refuses what refresh only warned about

@@ -58,7 +58,7 @@ diff --git a/m.py b/m.py
 +    trace()
      c = x + 3
      return c
--- 
+--
 2.43.0
 """
 

@@ -122,4 +122,4 @@ def test_review_counts_moved_hunks_as_flagged(tmp_path: Path, cli: Cli) -> None:
     assert data["flagged"] == len(flagged_symbols) + 1
     assert any(f.startswith("hunk moved in 0001") for f in data["flags"])
     assert f"{data['flagged']} flagged" in r.out.splitlines()[0]
-    assert "<b>%d</b>flagged" % data["flagged"] in html.read_text()
+    assert f"<b>{data['flagged']}</b>flagged" in html.read_text()

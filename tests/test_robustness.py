@@ -236,7 +236,7 @@ def test_source_date_epoch_is_clamped_to_the_zip_range(
     assert wheel_dates(Path(r.out.strip())) == {expected}  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("value", ["yesterday", "1.7e9", "0x10", "１２３"])
+@pytest.mark.parametrize("value", ["yesterday", "1.7e9", "0x10", "１２３"])  # noqa: RUF001 (fullwidth digits on purpose)
 def test_source_date_epoch_that_is_not_a_number_is_refused(
     world2: World, cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:

@@ -43,7 +43,7 @@ def test_no_newline_at_end_of_file_and_new_and_deleted_files(world: World) -> No
 
 
 @pytest.mark.parametrize(
-    "mutate,error,message",
+    ("mutate", "error", "message"),
     [
         (lambda t: t.replace(b"@@ -4,7 +4,7 @@", b"@@ -4,9 +4,9 @@"), ConfigError, r"hunk says -9 \+9 lines but has"),
         (lambda t: t.split(b"@@ -4")[0] + b"@@ -4,7 +4,7 @@\n def x():\n", ConfigError, r"truncated patch"),

@@ -48,7 +48,7 @@ def _member(name: str, mode: int = 0o644) -> zipfile.ZipInfo:
 
 
 @pytest.mark.parametrize(
-    "member,message",
+    ("member", "message"),
     [
         (_member("../evil.py"), r"contains '\.\.'"),
         (_member("/etc/evil.py"), "is absolute"),

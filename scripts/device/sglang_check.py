@@ -558,7 +558,7 @@ def run(*, stock: Arm, patched: Arm, dry_run: bool, iters: int, only: set[str] |
             result.data = fn(ctx, stock, patched)
         except Skip as skip:
             result.status, result.reason = "skipped", str(skip)
-        except Exception as exc:  # one broken benchmark must not hide the others  # noqa: BLE001
+        except Exception as exc:  # one broken benchmark must not hide the others
             result.status = "failed"
             result.reason = f"{type(exc).__name__}: {exc}"
             result.data = {"traceback": traceback.format_exc()[-3000:]}

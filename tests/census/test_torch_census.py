@@ -81,7 +81,7 @@ def test_collective_is_counted(cases: dict[str, Any]) -> None:
     assert _sites(cases, "collective", "collectives") == [[cases["collective"]["line"], 1]]
 
 
-@pytest.mark.parametrize("name,what", [("capturable_item", "host sync (aten._local_scalar_dense)"),
+@pytest.mark.parametrize(("name", "what"), [("capturable_item", "host sync (aten._local_scalar_dense)"),
                                        ("capturable_nonzero", "data-dependent shape (aten.nonzero)"),
                                        ("capturable_pageable", "pageable H2D copy (copy_)")])
 def test_capturable_raises_naming_the_site(cases: dict[str, Any], name: str, what: str) -> None:

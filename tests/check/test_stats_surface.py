@@ -60,7 +60,7 @@ class Cache:
 
 
 @pytest.mark.parametrize(
-    "patched,removed,changed",
+    ("patched", "removed", "changed"),
     [
         (STOCK.replace(b"max_tokens=256, *,", b"max_tokens=256, *, draft=None,"), [], []),  # new kwarg with default
         (STOCK.replace(b"def helper(a, b)", b"def helper(a, b, c)"), [], ["mod.helper"]),

@@ -123,8 +123,8 @@ def render(report: dict[str, Any]) -> str:
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>overlay check {_e(report['engine'])}</title>",
            f"<style>{CSS}</style></head><body>",
            f"<h1>overlay check: {_e(report['engine'])} <span class='badge {_e(v)}'>{_e(v.upper())}</span></h1>",
-           f"<div class='muted'>{_e(report.get('created', ''))} &middot; mode {_e(report.get('mode'))} &middot; "
-           f"series class <b>{_e(report['series']['class'])}</b> &middot; {len(report['series']['patches'])} patches</div>"]
+           (f"<div class='muted'>{_e(report.get('created', ''))} &middot; mode {_e(report.get('mode'))} &middot; "
+           f"series class <b>{_e(report['series']['class'])}</b> &middot; {len(report['series']['patches'])} patches</div>")]
     arms = report["arms"]
     out.append("<h2>Arms</h2>" + _table([[k, a["wheel"], a["version"]] for k, a in arms.items()], ["arm", "wheel", "version"]))
     if report.get("model"):

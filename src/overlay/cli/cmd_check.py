@@ -83,9 +83,9 @@ def _show(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:
-    lines = [f"overlay check {report['engine']}: {report['verdict'].upper()}  "
+    lines = [(f"overlay check {report['engine']}: {report['verdict'].upper()}  "
              f"(stock {report['arms']['stock']['version']} vs patched {report['arms']['patched']['version']}, "
-             f"series class {report['series']['class']})"]
+             f"series class {report['series']['class']})")]
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     g = report.get("greedy")

@@ -103,7 +103,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _stdout_closed(debug=args.debug)
-    except Exception as exc:  # noqa: BLE001 - the one place unexpected errors are reported
+    except Exception as exc:
         if args.debug:
             traceback.print_exc()
         print(f"ERROR unexpected {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -243,11 +243,11 @@ def patch_problems(patch: Patch, *, package_root: str) -> list[tuple[str, str]]:
         top, _, rest = fd.new_path[len(prefix):].partition("/")
         if top.endswith((".dist-info", ".data")) and rest:
             folder = "dist-info" if top.endswith(".dist-info") else "data"
-            problems.append((fd.new_path, f"is in a .{folder} folder ({top!r}); a patch never adds installer metadata "
-                             "or a second distribution"))
+            problems.append((fd.new_path, (f"is in a .{folder} folder ({top!r}); a patch never adds installer metadata "
+                             "or a second distribution")))
         elif not rest and top.endswith(".pth"):
-            problems.append((fd.new_path, "is a .pth file at the wheel root: it would run code at every interpreter "
-                             "start"))
+            problems.append((fd.new_path, ("is a .pth file at the wheel root: it would run code at every interpreter "
+                             "start")))
     return problems
 
 

@@ -206,6 +206,6 @@ def requires_problems(order: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[
             elif j == i:
                 problems.append((name, f"Overlay-Requires {req!r} names the patch itself"))
             elif j > i:
-                problems.append((name, f"Overlay-Requires {req!r}: that patch comes after it "
-                                       f"(position {j + 1}, this one is {i + 1})"))
+                problems.append((name, (f"Overlay-Requires {req!r}: that patch comes after it "
+                                       f"(position {j + 1}, this one is {i + 1})")))
     return problems

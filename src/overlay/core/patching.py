@@ -214,7 +214,7 @@ def _apply_hunks(base: bytes, fd: FileDiff, patch: Patch, tree_path: str) -> byt
 def _find_offsets(lines: list[bytes], expected: list[bytes], near: int) -> list[int]:
     if not expected:
         return []
-    hits = [i for i in range(0, len(lines) - len(expected) + 1) if lines[i : i + len(expected)] == expected]
+    hits = [i for i in range(len(lines) - len(expected) + 1) if lines[i : i + len(expected)] == expected]
     return sorted(hits, key=lambda i: abs(i - near))
 
 

@@ -49,7 +49,7 @@ class WheelName:
 
     @classmethod
     def parse(cls, filename: str) -> WheelName:
-        name, version, build, _tags = parse_wheel_filename(filename)
+        _name, version, build, _tags = parse_wheel_filename(filename)
         parts = filename[: -len(".whl")].split("-")
         return cls(
             distribution=parts[0],

@@ -194,13 +194,12 @@ def _checkout(
     if upto is not None and not 0 <= upto <= len(series.patches):
         raise UsageError(f"--upto {upto} is out of range: the series has {len(series.patches)} patches")
     worktree = (worktree or default_worktree(root, engine)).resolve()
-    if worktree.exists() and any(worktree.iterdir()):
-        if not force:
-            dirty = gitops.status_paths(worktree) if (worktree / ".git").is_dir() else ["(not a git repository)"]
-            raise UsageError(
-                f"{worktree} already exists" + (f" and has uncommitted changes ({len(dirty)} paths)" if dirty else ""),
-                tip=f"keep working there and `overlay refresh {engine}`, or pass --force to recreate it (discards its commits)",
-            )
+    if worktree.exists() and any(worktree.iterdir()) and not force:
+        dirty = gitops.status_paths(worktree) if (worktree / ".git").is_dir() else ["(not a git repository)"]
+        raise UsageError(
+            f"{worktree} already exists" + (f" and has uncommitted changes ({len(dirty)} paths)" if dirty else ""),
+            tip=f"keep working there and `overlay refresh {engine}`, or pass --force to recreate it (discards its commits)",
+        )
     files = base_tree_files(root, manifest, offline=offline, reporter=reporter)
     patches = series.prefix(upto)
     with owned_scratch(layout(root).tmp, f"checkout-{engine}") as scratch:

@@ -136,7 +136,7 @@ def _read_url(url: str, *, accept: str) -> tuple[bytes, str] | None:
                           tip="check `pip config list`")
     req = urllib.request.Request(url, headers={"Accept": accept})
     try:
-        with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - scheme checked above
+        with urllib.request.urlopen(req, timeout=120) as resp:
             return resp.read(), resp.headers.get("Content-Type", "text/html")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
@@ -221,7 +221,7 @@ def hash_url(url: str) -> str:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(chunk)
         else:
-            with urllib.request.urlopen(url, timeout=300) as resp:  # noqa: S310 - the index's own file URL
+            with urllib.request.urlopen(url, timeout=300) as resp:
                 for chunk in iter(lambda: resp.read(1 << 20), b""):
                     digest.update(chunk)
     except OSError as exc:

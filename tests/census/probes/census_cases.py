@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src" / "overlay" / "engines" / "workers"))
-from torch_census import CaptureViolation, Census  # noqa: E402
+from torch_census import CaptureViolation, Census
 
 
 def c_item(c, x):
@@ -229,7 +229,7 @@ def c_blind_thread(c, x):
     t.join()
 
 
-from torch.distributed import all_reduce as _all_reduce_by_name  # noqa: E402  (imported before any census)
+from torch.distributed import all_reduce as _all_reduce_by_name
 
 
 def c_blind_imported_by_name(c, x):
@@ -262,12 +262,11 @@ def run(name: str) -> dict:
     here = next(start + i for i, text in enumerate(lines) if "# here" in text)
     x = torch.arange(6.0)
     error = None
-    with Census(**getattr(fn, "census", {})) as c:
-        with c.step():
-            try:
-                fn(c, x)
-            except CaptureViolation as err:
-                error = str(err)
+    with Census(**getattr(fn, "census", {})) as c, c.step():
+        try:
+            fn(c, x)
+        except CaptureViolation as err:
+            error = str(err)
     return {"report": c.report(), "line": f"{os.path.relpath(__file__)}:{here}", "error": error}
 
 

@@ -395,7 +395,7 @@ def _parse_hunk(lines: list[bytes], i: int, where: str) -> tuple[Hunk, int]:
     if i < len(lines) and lines[i][:1] == b"\\":
         _drop_newline(body, where, i + 1)
         i += 1
-    if old_len == 0 and old_start < 0 or (old_len > 0 and old_start < 1):
+    if (old_len == 0 and old_start < 0) or (old_len > 0 and old_start < 1):
         raise ConfigError(f"{where}:{header_line}: hunk starts at line {old_start}")
     return (
         Hunk(

@@ -147,14 +147,14 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         metrics["capturable"] = None
         not_counted["capturable"] = (f"a capture region calls the stood-in {', '.join(standins)}, whose work is not "
                                      "the real forward's")
-    notes = [f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding on the "
-             f"{payload['embed']}; {report['steps']} steps after {WARMUP} warm-up"]
+    notes = [(f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding on the "
+             f"{payload['embed']}; {report['steps']} steps after {WARMUP} warm-up")]
     flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
     notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
     unread = [k for k in flags if k not in _RecordingEnviron.read]
     if unread:
         # the patch's switch is set but its code never ran here: whatever the counts say, they are not its effect
-        metrics = {m: None for m in metrics}
+        metrics = dict.fromkeys(metrics)
         notes.append(f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
                      f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)")
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]

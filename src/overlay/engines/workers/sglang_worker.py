@@ -217,7 +217,7 @@ def task_census(req: dict[str, Any]) -> dict[str, Any]:
     notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
     unread = [k for k in flags if k not in doc["flags_read"]]
     if unread:
-        metrics = {m: None for m in metrics}
+        metrics = dict.fromkeys(metrics)
         notes.append(f"not measured: {', '.join(unread)} set but never read during the steps (the patch's code is "
                      f"not on the CPU engine path of this scenario)")
     if report["steps"] < steps:

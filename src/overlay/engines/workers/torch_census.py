@@ -128,8 +128,7 @@ def call_site() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith(_TORCH_DIR) or os.path.abspath(name) == _THIS or name in _SKIP_FILES
-                or name.startswith("<frozen") or name in _EXTRA_SKIP):
+        if not (name.startswith((_TORCH_DIR, "<frozen")) or os.path.abspath(name) == _THIS or name in _SKIP_FILES or name in _EXTRA_SKIP):
             return f"{_relative(name)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "?:0"
@@ -657,7 +656,7 @@ class _DispatchMode(TorchDispatchMode):
                     and not in_kernel):
                 c.count("graph-launches" if c._capture_depth else "eager-launches", kind="aten.copy_")
             return out
-        outs = [t for t in _tensors(out)]
+        outs = list(_tensors(out))
         if not func.is_view and name not in ("copy_",):
             for t in outs:
                 if device_out:

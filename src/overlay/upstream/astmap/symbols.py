@@ -71,7 +71,7 @@ def symbols(source: bytes | str) -> list[Symbol] | None:
 def innermost(syms: list[Symbol], line: int) -> Symbol | None:
     best: Symbol | None = None
     for s in syms:
-        if s.start <= line <= s.end and (best is None or s.start >= best.start and s.end <= best.end):
+        if s.start <= line <= s.end and (best is None or (s.start >= best.start and s.end <= best.end)):
             best = s
     return best
 

@@ -50,7 +50,7 @@ def make(src: Path, dst: Path) -> dict[str, Any]:
     weight_map = {}
     for name, tensors in shards.items():
         mx.save_safetensors(str(dst / name), tensors, metadata={"format": "pt"})
-        weight_map.update({k: name for k in tensors})
+        weight_map.update(dict.fromkeys(tensors, name))
     (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return {"shards": {name: sorted(t) for name, t in shards.items()}}
 
