@@ -59,28 +59,58 @@ def measure(root: Path, python: Path, dirs: dict[str, Path]) -> dict[str, Any]:
 
     for kind in ("qwen3_5-mtp", "qwen3_5-random"):
         if kind in dirs:
-            out[f"mtp_acceptance/{kind}"] = run({"task": "measure_mtp", "model": str(dirs[kind]), "prompts": prompts,
-                                                 "max_tokens": 48, "k": [1, 3]}, f"MTP acceptance of {kind}")
+            out[f"mtp_acceptance/{kind}"] = run(
+                {
+                    "task": "measure_mtp",
+                    "model": str(dirs[kind]),
+                    "prompts": prompts,
+                    "max_tokens": 48,
+                    "k": [1, 3],
+                },
+                f"MTP acceptance of {kind}",
+            )
     for heavy, base in (("llama-heavy", "llama-target"), ("qwen3_5-mtp-heavy", "qwen3_5-mtp")):
         if heavy in dirs and base in dirs:
-            out[f"heavy/{heavy}"] = run({"task": "compare_models", "base": str(dirs[base]), "other": str(dirs[heavy]),
-                                         "prompts": prompts, "max_tokens": 32}, f"{heavy} vs {base}")
+            out[f"heavy/{heavy}"] = run(
+                {
+                    "task": "compare_models",
+                    "base": str(dirs[base]),
+                    "other": str(dirs[heavy]),
+                    "prompts": prompts,
+                    "max_tokens": 32,
+                },
+                f"{heavy} vs {base}",
+            )
     for target in ("llama-target", "llama-heavy"):
         for draft in ("llama-draft", "llama-draft-random"):
             if target in dirs and draft in dirs:
                 out[f"draft/{target}+{draft}"] = run(
-                    {"task": "measure_draft", "target": str(dirs[target]), "draft": str(dirs[draft]),
-                     "prompts": prompts[::2], "max_tokens": 48, "k": 3}, f"{draft} drafting for {target}")
+                    {
+                        "task": "measure_draft",
+                        "target": str(dirs[target]),
+                        "draft": str(dirs[draft]),
+                        "prompts": prompts[::2],
+                        "max_tokens": 48,
+                        "k": 3,
+                    },
+                    f"{draft} drafting for {target}",
+                )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=REPO, help="repository whose build/models/ caches the models")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--root", type=Path, default=REPO, help="repository whose build/models/ caches the models"
+    )
     parser.add_argument("--python", help="interpreter with mlx + mlx-lm, or 'stock'")
     parser.add_argument("--kinds", nargs="*", default=list(KINDS), help="kinds to build (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--measure", action="store_true", help="acceptance, heavy identity and cost, draft speedups")
+    parser.add_argument(
+        "--measure", action="store_true", help="acceptance, heavy identity and cost, draft speedups"
+    )
     parser.add_argument("--json", type=Path, help="report path (default: ROOT/build/reports/tinymodels.json)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
@@ -94,19 +124,37 @@ def main(argv: list[str] | None = None) -> int:
         manifest = read_manifest(path)
         timings = json.loads((path / "timings.json").read_text())
         size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
-        rows.append({"kind": kind, "dir": path.name, "parameters": manifest["parameters"],
-                     "tensors": manifest["tensors"], "mtp_tensors": len(manifest["mtp_tensors"]),
-                     "bytes": size, "timings": timings, "training": manifest.get("training")})
+        rows.append(
+            {
+                "kind": kind,
+                "dir": path.name,
+                "parameters": manifest["parameters"],
+                "tensors": manifest["tensors"],
+                "mtp_tensors": len(manifest["mtp_tensors"]),
+                "bytes": size,
+                "timings": timings,
+                "training": manifest.get("training"),
+            }
+        )
     tensors_total = {k: len(load_tensors(d / "model.safetensors")) for k, d in dirs.items()}
 
-    print(f"{'kind':<20} {'params':>10} {'MB':>7} {'tensors':>7} {'mtp':>4} {'build s':>8} {'train cpu s':>11}")
+    print(
+        f"{'kind':<20} {'params':>10} {'MB':>7} {'tensors':>7} {'mtp':>4} {'build s':>8} {'train cpu s':>11}"
+    )
     for r in rows:
         t = r["timings"]
         cpu = sum(v for k, v in t.items() if k.endswith("cpu_s"))
-        print(f"{r['kind']:<20} {r['parameters']:>10} {r['bytes'] / 1e6:>7.2f} {tensors_total[r['kind']]:>7} "
-              f"{r['mtp_tensors']:>4} {t.get('total_s', 0):>8.1f} {cpu:>11.1f}")
-    report: dict[str, Any] = {"version": 1, "root": str(root), "seed": args.seed, "python": str(python),
-                              "kinds": rows}
+        print(
+            f"{r['kind']:<20} {r['parameters']:>10} {r['bytes'] / 1e6:>7.2f} {tensors_total[r['kind']]:>7} "
+            f"{r['mtp_tensors']:>4} {t.get('total_s', 0):>8.1f} {cpu:>11.1f}"
+        )
+    report: dict[str, Any] = {
+        "version": 1,
+        "root": str(root),
+        "seed": args.seed,
+        "python": str(python),
+        "kinds": rows,
+    }
     if args.measure:
         assert python is not None
         report["measurements"] = measure(root, python, dirs)

@@ -65,12 +65,22 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
     pin = _pin()
     venvs = {arm: str(work / arm) for arm in ("stock", "patched")}
     install = {
-        "stock": [[sys.executable, "-m", "venv", venvs["stock"]],
-                  [f"{venvs['stock']}/bin/pip", "install", "mlx", f"mlx-lm=={pin}"]],
-        "patched": [[str(ROOT / ".venv" / "bin" / "overlay"), "apply", "mlx-lm", "--out", str(work / "wheels"),
-                     "--json"],
-                    [sys.executable, "-m", "venv", venvs["patched"]],
-                    [f"{venvs['patched']}/bin/pip", "install", "mlx", f"{work / 'wheels'}/mlx_lm-*.whl"]],
+        "stock": [
+            [sys.executable, "-m", "venv", venvs["stock"]],
+            [f"{venvs['stock']}/bin/pip", "install", "mlx", f"mlx-lm=={pin}"],
+        ],
+        "patched": [
+            [
+                str(ROOT / ".venv" / "bin" / "overlay"),
+                "apply",
+                "mlx-lm",
+                "--out",
+                str(work / "wheels"),
+                "--json",
+            ],
+            [sys.executable, "-m", "venv", venvs["patched"]],
+            [f"{venvs['patched']}/bin/pip", "install", "mlx", f"{work / 'wheels'}/mlx_lm-*.whl"],
+        ],
     }
     pythons = {"stock": args.stock_python, "patched": args.patched_python}
     return {
@@ -93,7 +103,9 @@ def _build(plan: dict[str, Any]) -> None:
                 pattern = next(c for c in cmd if "*" in c)
                 matches = sorted(Path(pattern).parent.glob(Path(pattern).name))
                 if not matches:
-                    raise SystemExit(f"mac_check: no wheel matches {pattern}; run `overlay apply mlx-lm` first")
+                    raise SystemExit(
+                        f"mac_check: no wheel matches {pattern}; run `overlay apply mlx-lm` first"
+                    )
                 cmd = [str(matches[-1]) if c == pattern else c for c in cmd]
             print("+", " ".join(cmd), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True)
@@ -110,21 +122,34 @@ def _summarise(case: dict[str, Any], k: int) -> dict[str, Any]:
     runs = case["runs"]
     emitted = sum(len(r["tokens"]) for r in runs)
     drafted = sum(sum(r["from_draft"]) for r in runs)
-    out: dict[str, Any] = {"tok_s": statistics.median(r["decode_tps"] for r in runs) if runs else None,
-                           "runs": len(runs), "emitted": emitted}
+    out: dict[str, Any] = {
+        "tok_s": statistics.median(r["decode_tps"] for r in runs) if runs else None,
+        "runs": len(runs),
+        "emitted": emitted,
+    }
     if k:
         # Every verify emits its accepted drafts plus one token of its own.
         verifies = max(emitted - drafted, 1)
-        out.update(drafted_share=drafted / max(emitted, 1), acceptance=drafted / (verifies * k),
-                   tokens_per_verify=emitted / verifies)
+        out.update(
+            drafted_share=drafted / max(emitted, 1),
+            acceptance=drafted / (verifies * k),
+            tokens_per_verify=emitted / verifies,
+        )
     if "error" in case:
         out["error"] = case["error"]
     return out
 
 
 def report(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
-    doc: dict[str, Any] = {"model": args.model, "draft_model": args.draft_model, "mtp_model": args.mtp_model or args.model,
-                           "tokens": args.tokens, "ks": args.ks, "temps": args.temps, "arms": {}}
+    doc: dict[str, Any] = {
+        "model": args.model,
+        "draft_model": args.draft_model,
+        "mtp_model": args.mtp_model or args.model,
+        "tokens": args.tokens,
+        "ks": args.ks,
+        "temps": args.temps,
+        "arms": {},
+    }
     for arm, res in results.items():
         rows: dict[str, Any] = {}
         for cid, case in res["cases"].items():
@@ -132,7 +157,11 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
             temp = float(tag[1:])
             k = 0 if kind.startswith("serial") else int(cid.split("/")[1][1:])
             row = _summarise(case, k)
-            serial = "serial-mtp" if kind in ("mtp", "serial-mtp") and f"serial-mtp/{tag}" in res["cases"] else "serial"
+            serial = (
+                "serial-mtp"
+                if kind in ("mtp", "serial-mtp") and f"serial-mtp/{tag}" in res["cases"]
+                else "serial"
+            )
             own = _summarise(res["cases"][f"{serial}/{tag}"], 0)["tok_s"]
             ref = results["stock"]["cases"].get(f"{serial}/{tag}")
             ref_tps = _summarise(ref, 0)["tok_s"] if ref else None
@@ -142,9 +171,15 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
                 row["vs_stock_serial"] = row["tok_s"] / ref_tps
             if temp == 0 and ref is not None:
                 row["identical_to_stock_serial"] = [r["tokens"] for r in case["runs"]] == [
-                    r["tokens"] for r in ref["runs"]]
+                    r["tokens"] for r in ref["runs"]
+                ]
             rows[cid] = row
-        doc["arms"][arm] = {"mlx_lm": res["mlx_lm"], "mlx": res["mlx"], "device": res["device"], "cases": rows}
+        doc["arms"][arm] = {
+            "mlx_lm": res["mlx_lm"],
+            "mlx": res["mlx"],
+            "device": res["device"],
+            "cases": rows,
+        }
     return doc
 
 
@@ -158,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temps", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.7])
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
-    ap.add_argument("--prompt", action="append", help="a prompt (repeatable; default: three built-in prompts)")
+    ap.add_argument(
+        "--prompt", action="append", help="a prompt (repeatable; default: three built-in prompts)"
+    )
     ap.add_argument("--workdir", default=str(ROOT / "build" / "mac-check"))
     ap.add_argument("--out", default=str(ROOT / "build" / "reports" / "mac-check.json"))
     ap.add_argument("--stock-python", help="an interpreter with stock mlx-lm (no venv is built)")
@@ -170,21 +207,37 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(plan, indent=1))
         return 0
     if plan["install"] and not plan["mac"]:
-        print("mac_check: building Metal venvs needs an Apple-silicon Mac (got "
-              f"{sys.platform}/{platform.machine()}); pass --stock-python/--patched-python to use existing "
-              "interpreters, or --dry-run", file=sys.stderr)
+        print(
+            "mac_check: building Metal venvs needs an Apple-silicon Mac (got "
+            f"{sys.platform}/{platform.machine()}); pass --stock-python/--patched-python to use existing "
+            "interpreters, or --dry-run",
+            file=sys.stderr,
+        )
         return 2
     _build(plan)
-    base = {"model": args.model, "draft_model": args.draft_model, "mtp_model": args.mtp_model or args.model,
-            "prompts": args.prompt or PROMPTS, "tokens": args.tokens, "seeds": args.seeds}
-    results = {arm: _run_arm(plan["pythons"][arm], {**base, "cases": plan["cases"][arm]}) for arm in ("stock", "patched")}
+    base = {
+        "model": args.model,
+        "draft_model": args.draft_model,
+        "mtp_model": args.mtp_model or args.model,
+        "prompts": args.prompt or PROMPTS,
+        "tokens": args.tokens,
+        "seeds": args.seeds,
+    }
+    results = {
+        arm: _run_arm(plan["pythons"][arm], {**base, "cases": plan["cases"][arm]})
+        for arm in ("stock", "patched")
+    }
     doc = report(args, results)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
     for arm, data in doc["arms"].items():
         for cid, row in data["cases"].items():
             extra = "" if "acceptance" not in row else f" acceptance {row['acceptance']:.2f}"
-            same = "" if "identical_to_stock_serial" not in row else f" identical {row['identical_to_stock_serial']}"
+            same = (
+                ""
+                if "identical_to_stock_serial" not in row
+                else f" identical {row['identical_to_stock_serial']}"
+            )
             err = " ERROR" if "error" in row else ""
             tps = "-" if row["tok_s"] is None else f"{row['tok_s']:.1f}"
             print(f"{arm:8s} {cid:14s} {tps:>8s} tok/s{extra}{same}{err}")

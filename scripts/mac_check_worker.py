@@ -31,8 +31,12 @@ def main() -> None:
             loaded[key] = load(path, model_config={"keep_mtp": True}) if keep_mtp else load(path)
         return loaded[key]
 
-    out: dict[str, Any] = {"mlx_lm": importlib.metadata.version("mlx-lm"), "mlx": importlib.metadata.version("mlx"),
-                           "device": str(mx.default_device()), "cases": {}}
+    out: dict[str, Any] = {
+        "mlx_lm": importlib.metadata.version("mlx-lm"),
+        "mlx": importlib.metadata.version("mlx"),
+        "device": str(mx.default_device()),
+        "cases": {},
+    }
     for case in payload["cases"]:
         runs = []
         try:
@@ -52,13 +56,27 @@ def main() -> None:
                     mx.random.seed(seed)
                     tokens, flags, tps = [], [], 0.0
                     tic = time.perf_counter()
-                    for resp in stream_generate(model, tok, text, max_tokens=payload["tokens"],
-                                                sampler=make_sampler(case["temp"]), **kwargs):
+                    for resp in stream_generate(
+                        model,
+                        tok,
+                        text,
+                        max_tokens=payload["tokens"],
+                        sampler=make_sampler(case["temp"]),
+                        **kwargs,
+                    ):
                         tokens.append(int(resp.token))
                         flags.append(bool(getattr(resp, "from_draft", False)))
                         tps = float(resp.generation_tps)
-                    runs.append({"prompt": p, "seed": seed, "tokens": tokens, "from_draft": flags,
-                                 "decode_tps": tps, "seconds": time.perf_counter() - tic})
+                    runs.append(
+                        {
+                            "prompt": p,
+                            "seed": seed,
+                            "tokens": tokens,
+                            "from_draft": flags,
+                            "decode_tps": tps,
+                            "seconds": time.perf_counter() - tic,
+                        }
+                    )
             out["cases"][case["id"]] = {"runs": runs}
         except Exception:
             out["cases"][case["id"]] = {"runs": runs, "error": traceback.format_exc()[-1500:]}

@@ -61,7 +61,9 @@ ENGINE_PY = textwrap.dedent(
     '''
 )
 
-LEGACY_PY = "def legacy_sum(a, b):\n    s = a + b\n    return s\n\n\ndef legacy_mul(a, b):\n    return a * b\n"
+LEGACY_PY = (
+    "def legacy_sum(a, b):\n    s = a + b\n    return s\n\n\ndef legacy_mul(a, b):\n    return a * b\n"
+)
 OLD_PY = "def old_api(x):\n    return x\n"
 
 # 1.3.0: what upstream did to each target
@@ -75,11 +77,17 @@ RELEASE_EDITS: list[tuple[str, str, str]] = [
     # upstream makes our upstreamed_target change itself
     ("engine.py", "g = x * 5", "g = 5 * x"),
     # upstream fixes the mutable default like our patch does, and changes a context line as well
-    ("engine.py", "def equivalent_target(items=[]):\n    items.append(1)\n    return items",
-     "def equivalent_target(items=None):\n    if items is None:\n        items = []\n    items.append(1)\n    return list(items)"),
+    (
+        "engine.py",
+        "def equivalent_target(items=[]):\n    items.append(1)\n    return items",
+        "def equivalent_target(items=None):\n    if items is None:\n        items = []\n    items.append(1)\n    return list(items)",
+    ),
     # Scheduler.plan rewritten, Scheduler.run renamed to execute
-    ("engine.py", "    def plan(self, n):\n        steps = list(range(n))\n        return steps",
-     "    def plan(self, n):\n        if n <= 0:\n            raise ValueError(n)\n        return [i * 1 for i in range(n)]"),
+    (
+        "engine.py",
+        "    def plan(self, n):\n        steps = list(range(n))\n        return steps",
+        "    def plan(self, n):\n        if n <= 0:\n            raise ValueError(n)\n        return [i * 1 for i in range(n)]",
+    ),
     ("engine.py", "    def run(self, n):", "    def execute(self, n):"),
 ]
 
@@ -100,18 +108,25 @@ def make_rebase_world(tmp_path: Path) -> World:
     return world
 
 
-def release_files(world: World, edits: list[tuple[str, str, str]] | None = None, *, rename_legacy: bool = True,
-                  delete_old: bool = True) -> dict[str, bytes]:
+def release_files(
+    world: World,
+    edits: list[tuple[str, str, str]] | None = None,
+    *,
+    rename_legacy: bool = True,
+    delete_old: bool = True,
+) -> dict[str, bytes]:
     files = {}
     for rel in git(world.upstream, "ls-tree", "-r", "--name-only", "v1.2.0", "python/demo_pkg").splitlines():
-        files[rel[len("python/"):]] = git_bytes(world.upstream, f"v1.2.0:{rel}")
+        files[rel[len("python/") :]] = git_bytes(world.upstream, f"v1.2.0:{rel}")
     for name, old, new in RELEASE_EDITS if edits is None else edits:
         key = f"demo_pkg/{name}"
         text = files[key].decode()
         assert old in text, (name, old)
         files[key] = text.replace(old, new, 1).encode()
     if rename_legacy:
-        files["demo_pkg/compat.py"] = files.pop("demo_pkg/legacy.py").replace(b"return a * b", b"return b * a")
+        files["demo_pkg/compat.py"] = files.pop("demo_pkg/legacy.py").replace(
+            b"return a * b", b"return b * a"
+        )
     if delete_old:
         del files["demo_pkg/old.py"]
     return files
@@ -123,8 +138,9 @@ def git_bytes(repo: Path, spec: str) -> bytes:
 
     from support import GIT_ENV
 
-    return subprocess.run(["git", "show", spec], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "show", spec], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, check=True
+    ).stdout
 
 
 def make_release(world: World, version: str = "1.3.0", files: dict[str, bytes] | None = None) -> Path:
@@ -143,12 +159,20 @@ PATCHES = {
     "merged": ("engine.py", "e = d * d", "e = d ** 2", "engine: merged_target squares with pow"),
     "conflict": ("engine.py", "f = x + 10", "f = x + 12", "engine: conflict_target adds twelve"),
     "upstreamed": ("engine.py", "g = x * 5", "g = 5 * x", "engine: upstreamed_target commutes"),
-    "equivalent": ("engine.py", "def equivalent_target(items=[]):\n    items.append(1)",
-                   "def equivalent_target(items=None):\n    if items is None:\n        items = []\n    items.append(1)",
-                   "engine: equivalent_target avoids the mutable default"),
+    "equivalent": (
+        "engine.py",
+        "def equivalent_target(items=[]):\n    items.append(1)",
+        "def equivalent_target(items=None):\n    if items is None:\n        items = []\n    items.append(1)",
+        "engine: equivalent_target avoids the mutable default",
+    ),
     "renamed": ("legacy.py", "s = a + b", "s = b + a", "legacy: sum the other way round"),
     "gone": ("old.py", "return x", "return x + 0", "old: old_api adds zero"),
-    "plan": ("engine.py", "steps = list(range(n))", "steps = list(range(n))  # planned", "engine: note in plan"),
+    "plan": (
+        "engine.py",
+        "steps = list(range(n))",
+        "steps = list(range(n))  # planned",
+        "engine: note in plan",
+    ),
     "run": ("engine.py", "total += i", "total = total + i", "engine: run accumulates explicitly"),
 }
 

@@ -63,7 +63,9 @@ CORE_PY = textwrap.dedent(
 
 
 def git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, input=input)
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, input=input
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"git {args} failed: {proc.stderr.decode()}")
     return proc.stdout.decode().strip()
@@ -92,7 +94,9 @@ def make_wheel(
         f"{dist_info}/top_level.txt": b"demo_pkg\n",
     }
     allfiles = {**files, **meta}
-    record = "".join(f"{p},{record_hash(d)},{len(d)}\n" for p, d in allfiles.items()) + f"{dist_info}/RECORD,,\n"
+    record = (
+        "".join(f"{p},{record_hash(d)},{len(d)}\n" for p, d in allfiles.items()) + f"{dist_info}/RECORD,,\n"
+    )
     allfiles[f"{dist_info}/RECORD"] = record.encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -137,16 +141,16 @@ class World:
             import-name = "demo_pkg"
 
             [upstream]
-            version = "{fields['version']}"
+            version = "{fields["version"]}"
             git = "{self.upstream}"
             tag = "v1.2.0"
-            commit = "{fields['commit']}"
-            package-root = "{fields['package_root']}"
+            commit = "{fields["commit"]}"
+            package-root = "{fields["package_root"]}"
 
             [[upstream.artifacts]]
-            filename = "{fields['filename']}"
-            sha256 = "{fields['sha256']}"
-            url = "{fields['url']}"
+            filename = "{fields["filename"]}"
+            sha256 = "{fields["sha256"]}"
+            url = "{fields["url"]}"
 
             [series]
             dir = "patches/demo"
@@ -157,7 +161,9 @@ class World:
     def write_manifest(self, **over: str) -> None:
         (self.root / "overlays" / "demo.toml").write_text(self.manifest_text(**over))
 
-    def commit_change(self, rel: str, old: str, new: str, subject: str, *, trailers: str = TRAILERS, body: str = "") -> str:
+    def commit_change(
+        self, rel: str, old: str, new: str, subject: str, *, trailers: str = TRAILERS, body: str = ""
+    ) -> str:
         """Edit a file of the upstream repository on branch `work` and commit it with a message + trailers."""
         path = self.upstream / rel
         text = path.read_text()
@@ -175,7 +181,9 @@ class World:
             old.unlink()
         git(self.upstream, *FORMAT_PATCH_ARGS, "-o", str(out), f"{self.base_commit}..HEAD")
         names = sorted(p.name for p in out.glob("*.patch"))
-        (out / "series").write_text(f"# base: demo 1.2.0 {self.base_commit}\n" + "".join(n + "\n" for n in names))
+        (out / "series").write_text(
+            f"# base: demo 1.2.0 {self.base_commit}\n" + "".join(n + "\n" for n in names)
+        )
         return names
 
 
@@ -184,7 +192,7 @@ def make_world(tmp_path: Path, *, package_root: str = "python") -> World:
     upstream = tmp_path / "upstream"
     pkg_dir = upstream / package_root if package_root else upstream
     (pkg_dir / "demo_pkg").mkdir(parents=True)
-    (pkg_dir / "demo_pkg" / "__init__.py").write_text('from demo_pkg.core import __version__, greet\n')
+    (pkg_dir / "demo_pkg" / "__init__.py").write_text("from demo_pkg.core import __version__, greet\n")
     (pkg_dir / "demo_pkg" / "core.py").write_text(CORE_PY)
     (pkg_dir / "demo_pkg" / "util.py").write_text("def double(x):\n    return 2 * x\n")
     (pkg_dir / "demo_pkg" / "native.so").write_bytes(bytes(range(256)) * 4)  # stands for a compiled file
@@ -214,9 +222,7 @@ def make_world(tmp_path: Path, *, package_root: str = "python") -> World:
     base = git(upstream, "rev-parse", "HEAD")
     git(upstream, "tag", "v1.2.0")
     git(upstream, "checkout", "-q", "-b", "work")
-    files = {
-        f"demo_pkg/{p.name}": p.read_bytes() for p in sorted((pkg_dir / "demo_pkg").iterdir())
-    }
+    files = {f"demo_pkg/{p.name}": p.read_bytes() for p in sorted((pkg_dir / "demo_pkg").iterdir())}
     wheel = make_wheel(tmp_path / "release" / "demo_engine-1.2.0-py3-none-any.whl", files)
     root = tmp_path / "repo"
     (root / "overlays").mkdir(parents=True)
@@ -231,7 +237,9 @@ def make_world(tmp_path: Path, *, package_root: str = "python") -> World:
 
 def add_two_patches(world: World) -> list[str]:
     pr = world.package_root + "/" if world.package_root else ""
-    world.commit_change(f"{pr}demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
+    world.commit_change(
+        f"{pr}demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting"
+    )
     world.commit_change(f"{pr}demo_pkg/util.py", "return 2 * x", "return x + x", "util: double by addition")
     return world.export_series()
 
@@ -243,4 +251,6 @@ class CliResult:
     err: str
 
 
-Cli = Callable[..., CliResult]  # the `cli` fixture: run `overlay ARGS...` in-process, capture stdout and stderr
+Cli = Callable[
+    ..., CliResult
+]  # the `cli` fixture: run `overlay ARGS...` in-process, capture stdout and stderr

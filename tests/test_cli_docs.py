@@ -32,7 +32,9 @@ def test_cli_reference_is_generated_from_the_parser() -> None:
     )
 
 
-def test_errors_print_error_and_tip_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_print_error_and_tip_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(["--root", str(tmp_path), "list"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("ERROR --root") and "Traceback" not in err

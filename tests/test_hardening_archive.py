@@ -29,8 +29,9 @@ def _member(name: str, mode: int = stat.S_IFREG | 0o644) -> zipfile.ZipInfo:
     return info
 
 
-def _pin_hostile_wheel(world: World, extra: list[tuple[zipfile.ZipInfo, bytes]],
-                       files: dict[str, bytes] | None = None) -> None:
+def _pin_hostile_wheel(
+    world: World, extra: list[tuple[zipfile.ZipInfo, bytes]], files: dict[str, bytes] | None = None
+) -> None:
     """Replace the pinned release wheel by a hostile one and pin its sha256, as if upstream had published it."""
     world.wheel.unlink()
     make_wheel(world.wheel, files or PKG, extra_members=extra)
@@ -46,24 +47,60 @@ def _nothing_written(world: World) -> None:
 
 
 HOSTILE = [
-    pytest.param([(_member(".git/config"), b"[core]\n\tfsmonitor = touch /tmp/pwned\n")], ".git/config", "inside a",
-                 id="git-config"),
-    pytest.param([(_member("demo_pkg/.GIT/hooks/x"), b"#!/bin/sh\n")], "demo_pkg/.GIT/hooks/x", "inside a",
-                 id="nested-GIT-casefold"),
-    pytest.param([(_member("demo_pkg/link", stat.S_IFLNK | 0o777), b"/etc/passwd")], "demo_pkg/link", "is a symlink",
-                 id="symlink"),
-    pytest.param([(_member("demo_pkg/fifo", stat.S_IFIFO | 0o644), b"")], "demo_pkg/fifo", "is a fifo", id="fifo"),
-    pytest.param([(_member("demo_pkg/dev", stat.S_IFCHR | 0o644), b"")], "demo_pkg/dev", "is a device", id="device"),
-    pytest.param([(_member("demo_pkg/A.py"), b"A = 1\n"), (_member("demo_pkg/a.py"), b"a = 1\n")], "demo_pkg/a.py",
-                 "collides with 'demo_pkg/A.py'", id="casefold-collision"),
-    pytest.param([(_member("demo_pkg/caf\u00e9.py"), b"x = 1\n"), (_member("demo_pkg/cafe\u0301.py"), b"x = 2\n")],
-                 "demo_pkg/cafe\u0301.py", "Unicode", id="nfc-nfd-collision"),
-    pytest.param([(_member("evil-1.0.dist-info/METADATA"), b"Name: evil\n")], "evil-1.0.dist-info/METADATA",
-                 "second .dist-info", id="second-dist-info"),
-    pytest.param([(_member("demo_engine-1.2.0.data/scripts/run"), b"#!/bin/sh\n")],
-                 "demo_engine-1.2.0.data/scripts/run", ".data folder", id="data-folder"),
-    pytest.param([(_member("zzz-evil.pth"), b"import os; os.system('touch /tmp/pwned')\n")], "zzz-evil.pth",
-                 ".pth file", id="pth"),
+    pytest.param(
+        [(_member(".git/config"), b"[core]\n\tfsmonitor = touch /tmp/pwned\n")],
+        ".git/config",
+        "inside a",
+        id="git-config",
+    ),
+    pytest.param(
+        [(_member("demo_pkg/.GIT/hooks/x"), b"#!/bin/sh\n")],
+        "demo_pkg/.GIT/hooks/x",
+        "inside a",
+        id="nested-GIT-casefold",
+    ),
+    pytest.param(
+        [(_member("demo_pkg/link", stat.S_IFLNK | 0o777), b"/etc/passwd")],
+        "demo_pkg/link",
+        "is a symlink",
+        id="symlink",
+    ),
+    pytest.param(
+        [(_member("demo_pkg/fifo", stat.S_IFIFO | 0o644), b"")], "demo_pkg/fifo", "is a fifo", id="fifo"
+    ),
+    pytest.param(
+        [(_member("demo_pkg/dev", stat.S_IFCHR | 0o644), b"")], "demo_pkg/dev", "is a device", id="device"
+    ),
+    pytest.param(
+        [(_member("demo_pkg/A.py"), b"A = 1\n"), (_member("demo_pkg/a.py"), b"a = 1\n")],
+        "demo_pkg/a.py",
+        "collides with 'demo_pkg/A.py'",
+        id="casefold-collision",
+    ),
+    pytest.param(
+        [(_member("demo_pkg/caf\u00e9.py"), b"x = 1\n"), (_member("demo_pkg/cafe\u0301.py"), b"x = 2\n")],
+        "demo_pkg/cafe\u0301.py",
+        "Unicode",
+        id="nfc-nfd-collision",
+    ),
+    pytest.param(
+        [(_member("evil-1.0.dist-info/METADATA"), b"Name: evil\n")],
+        "evil-1.0.dist-info/METADATA",
+        "second .dist-info",
+        id="second-dist-info",
+    ),
+    pytest.param(
+        [(_member("demo_engine-1.2.0.data/scripts/run"), b"#!/bin/sh\n")],
+        "demo_engine-1.2.0.data/scripts/run",
+        ".data folder",
+        id="data-folder",
+    ),
+    pytest.param(
+        [(_member("zzz-evil.pth"), b"import os; os.system('touch /tmp/pwned')\n")],
+        "zzz-evil.pth",
+        ".pth file",
+        id="pth",
+    ),
 ]
 
 
@@ -80,8 +117,12 @@ def test_pinned_hostile_wheel_is_refused_by_apply_and_checkout(
 
 
 def test_manifest_allowance_admits_the_wheels_own_data_folder(world: World, cli: Cli, tmp_path: Path) -> None:
-    _pin_hostile_wheel(world, [], files={**PKG, "demo_engine-1.2.0.data/scripts/demo-run": b"#!/bin/sh\necho hi\n"})
-    text = world.manifest_text().replace('package-root = "python"\n', 'package-root = "python"\nallow-members = ["data"]\n')
+    _pin_hostile_wheel(
+        world, [], files={**PKG, "demo_engine-1.2.0.data/scripts/demo-run": b"#!/bin/sh\necho hi\n"}
+    )
+    text = world.manifest_text().replace(
+        'package-root = "python"\n', 'package-root = "python"\nallow-members = ["data"]\n'
+    )
     (world.root / "overlays" / "demo.toml").write_text(text)
     r = cli("--root", str(world.root), "-q", "apply", "demo", "--out", str(tmp_path / "out"))
     assert r.code == 0, r.err
@@ -90,11 +131,17 @@ def test_manifest_allowance_admits_the_wheels_own_data_folder(world: World, cli:
     # another .data folder, or a .pth, stays refused
     _pin_hostile_wheel(world, [], files={**PKG, "other-1.0.data/scripts/x": b"x"})
     (world.root / "overlays" / "demo.toml").write_text(
-        world.manifest_text().replace('package-root = "python"\n', 'package-root = "python"\nallow-members = ["data"]\n'))
+        world.manifest_text().replace(
+            'package-root = "python"\n', 'package-root = "python"\nallow-members = ["data"]\n'
+        )
+    )
     r = cli("--root", str(world.root), "apply", "demo")
     assert r.code == 5 and "'other-1.0.data/scripts/x'" in r.err
     (world.root / "overlays" / "demo.toml").write_text(
-        world.manifest_text().replace('package-root = "python"\n', 'package-root = "python"\nallow-members = ["exe"]\n'))
+        world.manifest_text().replace(
+            'package-root = "python"\n', 'package-root = "python"\nallow-members = ["exe"]\n'
+        )
+    )
     r = cli("--root", str(world.root), "apply", "demo")
     assert r.code == 2 and "'exe' is not one of data, pth" in r.err
 
@@ -135,8 +182,14 @@ def _tinfo(name: str, kind: bytes, *, linkname: str = "", size: int = 0) -> tarf
     ("member", "why"),
     [
         (_tinfo("demo-engine-1.2.0/demo_pkg/link", tarfile.SYMTYPE, linkname="/etc/passwd"), "is a symlink"),
-        (_tinfo("demo-engine-1.2.0/demo_pkg/hard", tarfile.LNKTYPE, linkname="demo-engine-1.2.0/demo_pkg/__init__.py"),
-         "is a hardlink"),
+        (
+            _tinfo(
+                "demo-engine-1.2.0/demo_pkg/hard",
+                tarfile.LNKTYPE,
+                linkname="demo-engine-1.2.0/demo_pkg/__init__.py",
+            ),
+            "is a hardlink",
+        ),
         (_tinfo("demo-engine-1.2.0/demo_pkg/dev", tarfile.CHRTYPE), "is a device"),
         (_tinfo("demo-engine-1.2.0/demo_pkg/fifo", tarfile.FIFOTYPE), "is a fifo"),
         (_tinfo("demo-engine-1.2.0/.git/config", tarfile.REGTYPE, size=4), "inside a '.git' folder"),
@@ -144,7 +197,9 @@ def _tinfo(name: str, kind: bytes, *, linkname: str = "", size: int = 0) -> tarf
     ],
     ids=["symlink", "hardlink", "device", "fifo", "git-config", "casefold"],
 )
-def test_sdist_hostile_members_are_refused_before_extraction(tmp_path: Path, member: tarfile.TarInfo, why: str) -> None:
+def test_sdist_hostile_members_are_refused_before_extraction(
+    tmp_path: Path, member: tarfile.TarInfo, why: str
+) -> None:
     archive = _tar(tmp_path / "demo-engine-1.2.0.tar.gz", [member])
     dest = tmp_path / "dest"
     dest.mkdir()
@@ -155,9 +210,13 @@ def test_sdist_hostile_members_are_refused_before_extraction(tmp_path: Path, mem
 
 
 def test_pinned_sdist_with_a_symlink_exits_5(world: World, cli: Cli, tmp_path: Path) -> None:
-    bad = _tar(tmp_path / "demo-engine-1.2.0.tar.gz",
-               [_tinfo("demo-engine-1.2.0/demo_pkg/link", tarfile.SYMTYPE, linkname="../../../../etc/passwd")])
-    world.write_manifest(filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri())
+    bad = _tar(
+        tmp_path / "demo-engine-1.2.0.tar.gz",
+        [_tinfo("demo-engine-1.2.0/demo_pkg/link", tarfile.SYMTYPE, linkname="../../../../etc/passwd")],
+    )
+    world.write_manifest(
+        filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri()
+    )
     r = cli("--root", str(world.root), "apply", "demo")
     assert r.code == 5 and "'demo-engine-1.2.0/demo_pkg/link' is a symlink" in r.err
     _nothing_written(world)
@@ -236,14 +295,36 @@ def test_patch_policy_holds_without_the_parser(tmp_path: Path) -> None:
     from overlay.core.series import FileDiff, Patch
 
     def patch_with(fd: FileDiff) -> Patch:
-        return Patch(name="0001-x.patch", raw=b"", author="a <a@b>", date="", subject="x", body="", trailers=(),
-                     files=(fd,))
+        return Patch(
+            name="0001-x.patch",
+            raw=b"",
+            author="a <a@b>",
+            date="",
+            subject="x",
+            body="",
+            trailers=(),
+            files=(fd,),
+        )
 
     cases = [
-        (FileDiff("add", None, "python/demo_pkg/.Git/config", None, "100644", None, None, ()), "inside a .git folder"),
+        (
+            FileDiff("add", None, "python/demo_pkg/.Git/config", None, "100644", None, None, ()),
+            "inside a .git folder",
+        ),
         (FileDiff("add", None, "python/demo_pkg/link", None, "120000", None, None, ()), "has mode 120000"),
-        (FileDiff("rename", "python/demo_pkg/a.py", "python/evil-1.0.dist-info/RECORD", "100644", "100644", None, None,
-                  ()), "is in a .dist-info folder"),
+        (
+            FileDiff(
+                "rename",
+                "python/demo_pkg/a.py",
+                "python/evil-1.0.dist-info/RECORD",
+                "100644",
+                "100644",
+                None,
+                None,
+                (),
+            ),
+            "is in a .dist-info folder",
+        ),
     ]
     for fd, why in cases:
         tree = MemoryTree({"demo_pkg/a.py": b"x\n"})

@@ -18,14 +18,26 @@ from overlay.git import ops as gitops
 from rebase_support import PKG, add_patches, make_rebase_world, make_release
 from support import GIT_ENV, TRAILERS, Cli, World, git, make_wheel
 
-REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-             "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT")
+REPO_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+)
 
 
 def _plain_git(repo: Path, *args: str) -> str:
     """git with none of the variables a test exported (so it looks at ``repo`` itself)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", "-C", str(repo), *args], env={**env, **GIT_ENV}, capture_output=True, check=True)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args], env={**env, **GIT_ENV}, capture_output=True, check=True
+    )
     return proc.stdout.decode().strip()
 
 
@@ -34,7 +46,10 @@ def _git_dir_snapshot(git_dir: Path) -> dict[str, str]:
     out = {}
     for p in sorted(git_dir.rglob("*")):
         rel = p.relative_to(git_dir).as_posix()
-        if p.is_file() and (rel in ("HEAD", "index", "packed-refs", "config", "ORIG_HEAD") or rel.startswith(("refs/", "logs/"))):
+        if p.is_file() and (
+            rel in ("HEAD", "index", "packed-refs", "config", "ORIG_HEAD")
+            or rel.startswith(("refs/", "logs/"))
+        ):
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
@@ -65,7 +80,9 @@ def _export_decoy(monkeypatch: pytest.MonkeyPatch, decoy: Path) -> None:
     monkeypatch.setenv("GIT_CONFIG_VALUE_0", "true")
 
 
-def test_scrubbed_env_keeps_only_network_and_trace_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_scrubbed_env_keeps_only_network_and_trace_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     for name in REPO_VARS:
         monkeypatch.setenv(name, str(tmp_path))
     monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.fsmonitor")
@@ -101,7 +118,11 @@ def test_checkout_and_rebase_never_touch_the_callers_repository(
     assert _plain_git(decoy, "diff", "--cached", "--name-only") == "staged.txt"
     # the overlay worktree got its commits
     log = _plain_git(wt, "log", "--format=%s", "--reverse").splitlines()
-    assert log == ["base: demo 1.2.0", "util: double by addition", "engine: clean_target adds the other way round"]
+    assert log == [
+        "base: demo 1.2.0",
+        "util: double by addition",
+        "engine: clean_target adds the other way round",
+    ]
     assert (world.series_dir / "series").read_text().startswith("# base: demo 1.3.0")
 
 
@@ -110,7 +131,7 @@ def test_a_hostile_global_config_runs_no_hook_or_fsmonitor(
 ) -> None:
     marker = tmp_path / "ran"
     script = tmp_path / "hook.sh"
-    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\n")
+    script.write_text(f'#!/bin/sh\necho "$0 $*" >> {marker}\n')
     script.chmod(0o755)
     hooks = tmp_path / "hooks"
     hooks.mkdir()
@@ -123,8 +144,11 @@ def test_a_hostile_global_config_runs_no_hook_or_fsmonitor(
     probe.mkdir()
     env = {**os.environ, **GIT_ENV, "GIT_CONFIG_GLOBAL": str(config)}
     subprocess.run(["git", "init", "-q", str(probe)], env=env, check=True)
-    subprocess.run(["git", "-C", str(probe), "-c", "commit.gpgsign=false", "commit", "-q", "--allow-empty", "-m", "x"],
-                   env=env, check=True)
+    subprocess.run(
+        ["git", "-C", str(probe), "-c", "commit.gpgsign=false", "commit", "-q", "--allow-empty", "-m", "x"],
+        env=env,
+        check=True,
+    )
     assert marker.is_file()
     marker.unlink()
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
@@ -195,7 +219,9 @@ def _non_ascii_world(tmp_path: Path) -> World:
 
 def test_continue_refuses_markers_left_in_a_non_ascii_file(tmp_path: Path, cli: Cli) -> None:
     world = _non_ascii_world(tmp_path)
-    with zipfile.ZipFile(world.wheel) as zf:  # 1.2.0's files (the helper's `git ls-tree` would quote the name)
+    with zipfile.ZipFile(
+        world.wheel
+    ) as zf:  # 1.2.0's files (the helper's `git ls-tree` would quote the name)
         files = {n: zf.read(n) for n in zf.namelist() if not n.startswith("demo_engine-")}
     files[f"demo_pkg/{MODULE}"] = b"def f(x):\n    y = x + 11\n    return y\n"
     release = make_release(world, files=files)

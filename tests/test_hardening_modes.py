@@ -74,12 +74,20 @@ def test_refresh_keeps_modes_and_gives_new_patches_the_umask(world2: World, cli:
     core = wt / "python/demo_pkg/core.py"
     core.write_text(core.read_text().replace('prefix = "hi"', 'prefix = "hey"'))
     subprocess.run(["git", "commit", "-qam", "fixup! core: shorter greeting"], cwd=wt, env=env, check=True)
-    subprocess.run(["git", "rebase", "-q", "-i", "--autosquash", "overlay/base"], cwd=wt,
-                   env={**env, "GIT_SEQUENCE_EDITOR": "true"}, check=True)
+    subprocess.run(
+        ["git", "rebase", "-q", "-i", "--autosquash", "overlay/base"],
+        cwd=wt,
+        env={**env, "GIT_SEQUENCE_EDITOR": "true"},
+        check=True,
+    )
     (wt / "python/demo_pkg/extra.py").write_text("def triple(x):\n    return 3 * x\n")
     subprocess.run(["git", "add", "-A"], cwd=wt, env=env, check=True)
-    subprocess.run(["git", "commit", "-qm", "util: add triple\n\nAdds triple.\n\n" + TRAILERS], cwd=wt, env=env,
-                   check=True)
+    subprocess.run(
+        ["git", "commit", "-qm", "util: add triple\n\nAdds triple.\n\n" + TRAILERS],
+        cwd=wt,
+        env=env,
+        check=True,
+    )
     r = cli(*root, "refresh", "demo")
     assert r.code == 0, r.err
     assert f"wrote {first.name}" in r.out
@@ -120,8 +128,9 @@ def test_a_rewritten_executable_stays_executable(tmp_path: Path, umask: int) -> 
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_publish_file_across_devices_goes_through_the_destination_folder(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_publish_file_across_devices_goes_through_the_destination_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = tmp_path / "scratch" / "demo.whl"
     src.parent.mkdir()
     src.write_bytes(b"PK wheel bytes")
@@ -156,7 +165,9 @@ def test_apply_out_on_another_file_system(world2: World, cli: Cli, other_fs: Pat
     assert not list((world2.root / "build" / "tmp").iterdir())
 
 
-def test_checkout_and_refresh_with_a_worktree_on_another_file_system(world2: World, cli: Cli, other_fs: Path) -> None:
+def test_checkout_and_refresh_with_a_worktree_on_another_file_system(
+    world2: World, cli: Cli, other_fs: Path
+) -> None:
     root = ["--root", str(world2.root)]
     wt = other_fs / "wt"
     r = cli(*root, "-q", "checkout", "demo", "--worktree", str(wt))
@@ -166,8 +177,12 @@ def test_checkout_and_refresh_with_a_worktree_on_another_file_system(world2: Wor
     core.write_text(core.read_text().replace('prefix = "hi"', 'prefix = "hey"'))
     env = {**os.environ, **GIT_ENV}
     subprocess.run(["git", "commit", "-qam", "fixup! core: shorter greeting"], cwd=wt, env=env, check=True)
-    subprocess.run(["git", "rebase", "-q", "-i", "--autosquash", "overlay/base"], cwd=wt,
-                   env={**env, "GIT_SEQUENCE_EDITOR": "true"}, check=True)
+    subprocess.run(
+        ["git", "rebase", "-q", "-i", "--autosquash", "overlay/base"],
+        cwd=wt,
+        env={**env, "GIT_SEQUENCE_EDITOR": "true"},
+        check=True,
+    )
     r = cli(*root, "refresh", "demo", "--worktree", str(wt))
     assert r.code == 0, r.err
     r = cli(*root, "refresh", "demo", "--worktree", str(wt))

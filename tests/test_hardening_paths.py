@@ -25,8 +25,11 @@ def _outside(world: World) -> Path:
 
 
 def _tree_hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ------------------------------------------------------------------ class 2: links out of the root
@@ -40,7 +43,11 @@ def test_series_file_linking_out_is_refused_by_lint_and_apply(world2: World, cli
     for argv in (("lint", "demo"), ("apply", "demo", "--offline"), ("checkout", "demo"), ("list",)):
         r = cli("--root", str(world2.root), *argv)
         assert r.code == 5, (argv, r.err)
-        assert str(series) in r.err and str(outside / "series") in r.err and "outside the overlay repository" in r.err
+        assert (
+            str(series) in r.err
+            and str(outside / "series") in r.err
+            and "outside the overlay repository" in r.err
+        )
     assert not (world2.root / "build" / "wheels").exists()
 
 
@@ -64,8 +71,12 @@ def test_series_folder_linking_out_is_refused(world2: World, cli: Cli) -> None:
         p.unlink()
     world2.series_dir.rmdir()
     world2.series_dir.symlink_to(outside, target_is_directory=True)
-    for argv in (("lint", "demo"), ("apply", "demo", "--offline"), ("checkout", "demo"),
-                 ("review", "demo", "--from", "1.2.0", "--to", "1.3.0", "--offline")):
+    for argv in (
+        ("lint", "demo"),
+        ("apply", "demo", "--offline"),
+        ("checkout", "demo"),
+        ("review", "demo", "--from", "1.2.0", "--to", "1.3.0", "--offline"),
+    ):
         r = cli("--root", str(world2.root), *argv)
         assert r.code == 5, (argv, r.err)
         assert "series.dir" in r.err and str(outside) in r.err
@@ -77,8 +88,14 @@ def test_manifest_linking_out_is_refused(world2: World, cli: Cli) -> None:
     outside.write_bytes(manifest.read_bytes())
     manifest.unlink()
     manifest.symlink_to(outside)
-    for argv in (("lint",), ("lint", "demo"), ("apply", "demo", "--offline"), ("fetch", "demo", "--offline"), ("list",),
-                 ("rebase", "demo", "--abort")):
+    for argv in (
+        ("lint",),
+        ("lint", "demo"),
+        ("apply", "demo", "--offline"),
+        ("fetch", "demo", "--offline"),
+        ("list",),
+        ("rebase", "demo", "--abort"),
+    ):
         r = cli("--root", str(world2.root), *argv)
         assert r.code == 5, (argv, r.err)
         assert "manifest" in r.err and str(outside) in r.err
@@ -171,10 +188,22 @@ def test_rebase_abort_with_a_path_as_engine_deletes_nothing(world2: World, cli: 
 @pytest.mark.parametrize("engine", ["../overlays/demo", "-demo", "demo/../demo", "de\\mo"])
 def test_every_command_refuses_a_path_as_engine(world2: World, cli: Cli, engine: str) -> None:
     before = _tree_hashes(world2.root)
-    for argv in (("lint",), ("apply", "--offline"), ("fetch", "--offline"), ("checkout",), ("refresh",), ("rebase",),
-                 ("rebase", "--abort"), ("rebase", "--continue"), ("rebase", "--to", "1.3.0", "--offline"),
-                 ("review", "--from", "1.2.0", "--to", "1.3.0", "--offline"), ("check",)):
-        r = cli("--root", str(world2.root), *argv, "--", engine)  # `--`: argparse itself refuses '-demo' otherwise
+    for argv in (
+        ("lint",),
+        ("apply", "--offline"),
+        ("fetch", "--offline"),
+        ("checkout",),
+        ("refresh",),
+        ("rebase",),
+        ("rebase", "--abort"),
+        ("rebase", "--continue"),
+        ("rebase", "--to", "1.3.0", "--offline"),
+        ("review", "--from", "1.2.0", "--to", "1.3.0", "--offline"),
+        ("check",),
+    ):
+        r = cli(
+            "--root", str(world2.root), *argv, "--", engine
+        )  # `--`: argparse itself refuses '-demo' otherwise
         assert r.code == 2, (argv, r.err)
         assert f"engine name {engine!r}" in r.err, (argv, r.err)
     assert _tree_hashes(world2.root) == before
@@ -183,8 +212,12 @@ def test_every_command_refuses_a_path_as_engine(world2: World, cli: Cli, engine:
 def test_artifact_names_are_plain(world2: World, cli: Cli) -> None:
     manifest = world2.root / "overlays" / "demo.toml"
     text = manifest.read_text()
-    for bad in ("../demo_engine-1.2.0-py3-none-any.whl", "sub\\\\demo_engine-1.2.0-py3-none-any.whl",
-                "demo_engine-1.2.0-py3-none-any.whl/..", "-demo_engine-1.2.0-py3-none-any.whl"):
+    for bad in (
+        "../demo_engine-1.2.0-py3-none-any.whl",
+        "sub\\\\demo_engine-1.2.0-py3-none-any.whl",
+        "demo_engine-1.2.0-py3-none-any.whl/..",
+        "-demo_engine-1.2.0-py3-none-any.whl",
+    ):
         manifest.write_text(text.replace(f'filename = "{world2.wheel.name}"', f'filename = "{bad}"'))
         r = cli("--root", str(world2.root), "fetch", "demo", "--offline")
         assert r.code == 2, (bad, r.err)
@@ -209,8 +242,15 @@ def test_patch_names_from_series_are_plain(world2: World, cli: Cli) -> None:
 
 def test_git_url_beginning_with_dash_is_refused(world2: World, cli: Cli, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    r = cli("--root", str(world2.root), "apply", "demo", "--source", "git",
-            f"--git-url=--upload-pack=touch {marker}")
+    r = cli(
+        "--root",
+        str(world2.root),
+        "apply",
+        "demo",
+        "--source",
+        "git",
+        f"--git-url=--upload-pack=touch {marker}",
+    )
     assert r.code == 2 and "--git-url" in r.err and "begins with '-'" in r.err
     assert not marker.exists()
     manifest = world2.root / "overlays" / "demo.toml"

@@ -70,7 +70,9 @@ def test_untouched_wheel_verifies(world2: World, cli: Cli, tmp_path: Path) -> No
     assert "the patches against patches/ in the overlay repository" in r.out
 
 
-def test_forged_overlay_json_with_a_consistent_record_exits_5(world2: World, cli: Cli, tmp_path: Path) -> None:
+def test_forged_overlay_json_with_a_consistent_record_exits_5(
+    world2: World, cli: Cli, tmp_path: Path
+) -> None:
     forged = _forged(_build(world2, cli, tmp_path / "w"), tmp_path, consistent_record=True)
     read_wheel(forged)  # the archive itself is consistent: only the provenance lies
     r = cli("provenance", str(forged))
@@ -117,7 +119,10 @@ def test_verify_against_modified_patches_exits_5(world2: World, cli: Cli, tmp_pa
     second.write_bytes(second.read_bytes().replace(b"double by addition", b"double by addition!"))
     r = cli("--root", str(world2.root), "provenance", str(wheel), "--verify")
     assert r.code == 5
-    assert f"patch {second.name} has sha256" in r.err and first.name not in r.err.split("ERROR", 1)[1].split("TIP")[0]
+    assert (
+        f"patch {second.name} has sha256" in r.err
+        and first.name not in r.err.split("ERROR", 1)[1].split("TIP")[0]
+    )
     second.unlink()
     (world2.series_dir / "series").write_text(f"# base: demo 1.2.0 {world2.base_commit}\n{first.name}\n")
     r = cli("--root", str(world2.root), "provenance", str(wheel), "--verify")
@@ -161,7 +166,9 @@ def _install(wheel: Path, site: Path) -> None:
         zf.extractall(site)
 
 
-def test_installed_distribution_is_verified_against_its_record(world2: World, cli: Cli, tmp_path: Path) -> None:
+def test_installed_distribution_is_verified_against_its_record(
+    world2: World, cli: Cli, tmp_path: Path
+) -> None:
     wheel = _build(world2, cli, tmp_path / "w")
     site = tmp_path / "site"
     _install(wheel, site)
@@ -197,7 +204,10 @@ def test_unlinted_series_does_not_build(world2: World, cli: Cli) -> None:
     name = _unlinted(world2)
     r = cli("--root", str(world2.root), "apply", "demo")
     assert r.code == 2
-    assert f"the series does not lint: {name}: Overlay-Numerics 'roughly'" in r.err and "--allow-unlinted" in r.err
+    assert (
+        f"the series does not lint: {name}: Overlay-Numerics 'roughly'" in r.err
+        and "--allow-unlinted" in r.err
+    )
     assert not list((world2.root / "build" / "wheels").rglob("*.whl"))
     # --upto below the bad patch builds: its problems are not in what is applied
     assert cli("--root", str(world2.root), "-q", "apply", "demo", "--upto", "1").code == 0

@@ -30,8 +30,13 @@ REPO_SRC = Path(__file__).resolve().parents[1] / "src"
 def overlay_proc(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """A second, real `overlay` process (python -m overlay) on the test world."""
     env = {**os.environ, **GIT_ENV, "PYTHONPATH": str(REPO_SRC)}
-    return subprocess.run([sys.executable, "-m", "overlay", "--root", str(root), *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "overlay", "--root", str(root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
@@ -40,8 +45,13 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 
 
 def wt_commit(wt: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=wt, env={**os.environ, **GIT_ENV, "GIT_SEQUENCE_EDITOR": "true"}, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", *args],
+        cwd=wt,
+        env={**os.environ, **GIT_ENV, "GIT_SEQUENCE_EDITOR": "true"},
+        check=True,
+        capture_output=True,
+    )
 
 
 def edit_worktree(wt: Path) -> None:
@@ -58,14 +68,18 @@ def edit_worktree(wt: Path) -> None:
 # ------------------------------------------------------------------ refresh: all or nothing
 
 
-def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refresh_publishes_all_or_nothing_at_every_step(
+    world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
     state_file = wt / ".git" / "overlay-checkout.json"
 
     def snap() -> tuple[dict[str, bytes], bytes, list[str]]:
-        leftovers = [p.name for p in (root / "build" / "tmp").iterdir()] if (root / "build" / "tmp").is_dir() else []
+        leftovers = (
+            [p.name for p in (root / "build" / "tmp").iterdir()] if (root / "build" / "tmp").is_dir() else []
+        )
         strays = [p.name for p in (wt / ".git").glob(".overlay-checkout.json.*")]
         return folder_bytes(world2.series_dir), state_file.read_bytes(), leftovers + strays
 
@@ -101,11 +115,15 @@ def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli: Cli,
             monkeypatch.undo()
             if published:
                 break
-            if kill:  # a "killed" run (every later rename fails too, the undo included): the next run rolls it back
+            if (
+                kill
+            ):  # a "killed" run (every later rename fails too, the undo included): the next run rolls it back
                 assert (refresh_txn_dir(root, "demo") / "journal.json").is_file() or snap() == old
                 recover_refresh(root, "demo")
             # a failure the process survives is undone at once
-            assert snap() == old, f"step {k} (kill={kill}): patches/ or the checkout state is neither old nor new"
+            assert snap() == old, (
+                f"step {k} (kill={kill}): patches/ or the checkout state is neither old nor new"
+            )
             assert not refresh_txn_dir(root, "demo").exists()
             steps.append(f"{k}{'k' if kill else ''}")
         if published:
@@ -115,14 +133,18 @@ def test_refresh_publishes_all_or_nothing_at_every_step(world2: World, cli: Cli,
     assert new[0] != old[0] and new[2] == []
     assert "0002-util-double-by-addition.patch" not in new[0] and "0002-util-add-triple.patch" in new[0]
     assert not [n for n in new[0] if n.startswith(".")]
-    assert (world2.series_dir / "series").read_text().splitlines()[1:] == sorted(n for n in new[0] if n != "series")
+    assert (world2.series_dir / "series").read_text().splitlines()[1:] == sorted(
+        n for n in new[0] if n != "series"
+    )
     assert not refresh_txn_dir(root, "demo").exists()
     # the state moved with the series: a second refresh has nothing to do
     r = cli("--root", str(root), "refresh", "demo")
     assert r.code == 0 and "nothing to do" in r.out, r.err
 
 
-def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_refresh_is_rolled_back_by_the_next_run(
+    world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
@@ -137,7 +159,9 @@ def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli: Cli
         real_replace(src, dst)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr("overlay.stack.transaction.rollback_changes", lambda *a, **k: (_ for _ in ()).throw(OSError("killed")))
+    monkeypatch.setattr(
+        "overlay.stack.transaction.rollback_changes", lambda *a, **k: (_ for _ in ()).throw(OSError("killed"))
+    )
     r = cli("--root", str(root), "refresh", "demo")
     monkeypatch.undo()
     assert r.code == 130
@@ -152,7 +176,9 @@ def test_a_killed_refresh_is_rolled_back_by_the_next_run(world2: World, cli: Cli
     assert not refresh_txn_dir(root, "demo").exists()
 
 
-def test_ctrl_c_in_a_refresh_leaves_the_old_series(world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_in_a_refresh_leaves_the_old_series(
+    world2: World, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = world2.root
     wt = Path(cli("--root", str(root), "-q", "checkout", "demo").out.strip())
     edit_worktree(wt)
@@ -218,11 +244,29 @@ def test_two_concurrent_checkout_force_runs(world2: World, cli: Cli, tmp_path: P
     assert cli("--root", str(root), "-q", "checkout", "demo").code == 0
     go = tmp_path / "go"
     env = {**os.environ, **GIT_ENV, "PYTHONPATH": str(REPO_SRC)}
-    first = subprocess.Popen([sys.executable, "-c", HELD_MIDWAY, str(go), "--root", str(root), "-q", "checkout", "demo",
-                              "--force"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HELD_MIDWAY,
+            str(go),
+            "--root",
+            str(root),
+            "-q",
+            "checkout",
+            "demo",
+            "--force",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
-        while fsutil.read_lock_holder(lock_path(root, "demo")).pid != first.pid:  # the first run holds it, mid-way
+        while (
+            fsutil.read_lock_holder(lock_path(root, "demo")).pid != first.pid
+        ):  # the first run holds it, mid-way
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.05)
         second = overlay_proc(root, "checkout", "demo", "--force")
@@ -274,8 +318,10 @@ def test_wait_takes_the_lock_once_it_is_free(world2: World) -> None:
     assert time.monotonic() - t0 >= 0.4 and len(result.commits) == 2
     assert any(line.startswith("lock:") and "waiting up to 20 s" in line for line in rep.lines)
     # waiting gives up after its time, naming how long it waited
-    with fsutil.exclusive_lock(lock_path(world2.root, "demo"), command="held"), \
-            pytest.raises(UsageError, match=r"\(waited 0.3 s\)"):
+    with (
+        fsutil.exclusive_lock(lock_path(world2.root, "demo"), command="held"),
+        pytest.raises(UsageError, match=r"\(waited 0.3 s\)"),
+    ):
         checkout(root=world2.root, engine="demo", force=True, wait=0.3)
 
 
@@ -321,7 +367,9 @@ CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(world2: World, cli: Cli, how: str) -> None:
+def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(
+    world2: World, cli: Cli, how: str
+) -> None:
     root = ["--root", str(world2.root)]
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
     state = wt / ".git" / "overlay-checkout.json"
@@ -340,8 +388,15 @@ def test_a_corrupt_checkout_state_is_named_and_checkout_force_recovers(world2: W
 def test_a_corrupt_build_state_is_named(world2: World, cli: Cli, how: str) -> None:
     state = world2.root / "build" / "state" / "demo.json"
     state.parent.mkdir(parents=True)
-    good = json.dumps({"version": 1, "wheel": "/x/demo.whl", "wheel_version": "1.2.0+ovl.2.gabcdef12", "patches": 2,
-                       "time": 1}).encode()
+    good = json.dumps(
+        {
+            "version": 1,
+            "wheel": "/x/demo.whl",
+            "wheel_version": "1.2.0+ovl.2.gabcdef12",
+            "patches": 2,
+            "time": 1,
+        }
+    ).encode()
     state.write_bytes(good)
     r = cli("--root", str(world2.root), "list")
     assert r.code == 0 and "1.2.0+ovl.2.gabcdef12" in r.out
@@ -358,21 +413,26 @@ def stopped_rebase(tmp_path: Path, cli: Cli) -> tuple[World, dict[str, str]]:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean", "conflict"])
     release = make_release(world)
-    before = {**{f"patches/{k}": v.hex() for k, v in folder_bytes(world.series_dir).items()},
-              **{f"overlays/{k}": v.hex() for k, v in folder_bytes(world.root / "overlays").items()}}
+    before = {
+        **{f"patches/{k}": v.hex() for k, v in folder_bytes(world.series_dir).items()},
+        **{f"overlays/{k}": v.hex() for k, v in folder_bytes(world.root / "overlays").items()},
+    }
     r = cli("--root", str(world.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
     assert r.code == 3, r.err
     return world, before
 
 
 def tree(world: World) -> dict[str, str]:
-    return {**{f"patches/{k}": v.hex() for k, v in folder_bytes(world.series_dir).items()},
-            **{f"overlays/{k}": v.hex() for k, v in folder_bytes(world.root / "overlays").items()}}
+    return {
+        **{f"patches/{k}": v.hex() for k, v in folder_bytes(world.series_dir).items()},
+        **{f"overlays/{k}": v.hex() for k, v in folder_bytes(world.root / "overlays").items()},
+    }
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tuple[World, dict[str, str]], cli: Cli,
-                                                           how: str) -> None:
+def test_a_corrupt_rebase_state_is_named_and_abort_recovers(
+    stopped_rebase: tuple[World, dict[str, str]], cli: Cli, how: str
+) -> None:
     world, before = stopped_rebase
     root = ["--root", str(world.root)]
     state = world.root / "build" / "rebase" / "demo" / "state.json"
@@ -380,7 +440,10 @@ def test_a_corrupt_rebase_state_is_named_and_abort_recovers(stopped_rebase: tupl
     for args in (("--continue",), ("--skip",), ()):
         r = cli(*root, "rebase", "demo", *args)
         assert r.code == 2, (args, r.err)
-        assert f"rebase state {state}" in r.err and "TIP `overlay rebase demo --abort` discards the rebase" in r.err
+        assert (
+            f"rebase state {state}" in r.err
+            and "TIP `overlay rebase demo --abort` discards the rebase" in r.err
+        )
         assert "unexpected" not in r.err
     r = cli(*root, "rebase", "demo", "--abort")
     assert r.code == 0, r.err
@@ -395,10 +458,15 @@ def test_ctrl_c_while_a_rebase_publishes_puts_the_old_series_back(
     world, before = stopped_rebase
     root = ["--root", str(world.root)]
     engine = world.root / "build" / "rebase" / "demo" / "repo" / PKG / "engine.py"
-    engine.write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "    f = x + 11 + 1\n", engine.read_text(),
-                             flags=re.DOTALL))
+    engine.write_text(
+        re.sub(
+            r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n",
+            "    f = x + 11 + 1\n",
+            engine.read_text(),
+            flags=re.DOTALL,
+        )
+    )
     from overlay.fsutil import atomic_write_text as real
-
 
     def interrupt_at_manifest(path: Path, text: str) -> None:
         if path.suffix == ".toml":
@@ -427,10 +495,15 @@ def test_abort_undoes_an_interrupted_publish_even_from_a_corrupt_state(
     root = ["--root", str(world.root)]
     repo = world.root / "build" / "rebase" / "demo" / "repo"
     engine = repo / PKG / "engine.py"
-    engine.write_text(re.sub(r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n", "    f = x + 11 + 1\n", engine.read_text(),
-                             flags=re.DOTALL))
+    engine.write_text(
+        re.sub(
+            r"<<<<<<< [^\n]*\n.*?>>>>>>> [^\n]*\n",
+            "    f = x + 11 + 1\n",
+            engine.read_text(),
+            flags=re.DOTALL,
+        )
+    )
     from overlay.fsutil import atomic_write_text as real
-
 
     def kill_at_series(path: Path, text: str) -> None:
         if path.name == "series":

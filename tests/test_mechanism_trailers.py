@@ -42,28 +42,58 @@ def lint(cli: Cli, world: World) -> CliResult:
 
 def test_parse_mechanism_accepts_the_design_examples() -> None:
     assert parse_mechanism("host-syncs decreases in spec-verify-step", engine="sglang") == Mechanism(
-        "host-syncs", "decreases", "spec-verify-step")
-    assert parse_mechanism("capturable becomes-true in draft-extend").text == "capturable becomes-true in draft-extend"
-    assert parse_mechanism("ops-per-token decreases in decode-token", engine="mlx-lm").scenario == "decode-token"
+        "host-syncs", "decreases", "spec-verify-step"
+    )
+    assert (
+        parse_mechanism("capturable becomes-true in draft-extend").text
+        == "capturable becomes-true in draft-extend"
+    )
+    assert (
+        parse_mechanism("ops-per-token decreases in decode-token", engine="mlx-lm").scenario == "decode-token"
+    )
     assert set(SCENARIOS) == {"sglang", "exllamav3", "mlx-lm"}
-    assert all(line for scen in SCENARIOS.values() for line in scen.values())  # every scenario says what it is
+    assert all(
+        line for scen in SCENARIOS.values() for line in scen.values()
+    )  # every scenario says what it is
 
 
 @pytest.mark.parametrize(
     ("text", "engine", "expected"),
     [
-        ("host-sync decreases in decode-step", None, "unknown metric 'host-sync' (did you mean 'host-syncs'?)"),
-        ("host-syncs decrease in decode-step", None, "unknown direction 'decrease' (did you mean 'decreases'?)"),
-        ("host-syncs decreases in decode-stpe", "sglang", "sglang has no scenario 'decode-stpe' (did you mean 'decode-step'?)"),
-        ("ops-per-token decreases in decode-step", "mlx-lm", "mlx-lm has no scenario 'decode-step' (did you mean 'decode-token'?)"),
+        (
+            "host-sync decreases in decode-step",
+            None,
+            "unknown metric 'host-sync' (did you mean 'host-syncs'?)",
+        ),
+        (
+            "host-syncs decrease in decode-step",
+            None,
+            "unknown direction 'decrease' (did you mean 'decreases'?)",
+        ),
+        (
+            "host-syncs decreases in decode-stpe",
+            "sglang",
+            "sglang has no scenario 'decode-stpe' (did you mean 'decode-step'?)",
+        ),
+        (
+            "ops-per-token decreases in decode-step",
+            "mlx-lm",
+            "mlx-lm has no scenario 'decode-step' (did you mean 'decode-token'?)",
+        ),
         ("host-syncs decreases in nowhere-at-all", None, "unknown scenario 'nowhere-at-all'"),
-        ("capturable decreases in decode-step", None, "capturable is a property, it can only be becomes-true or unchanged"),
+        (
+            "capturable decreases in decode-step",
+            None,
+            "capturable is a property, it can only be becomes-true or unchanged",
+        ),
         ("host-syncs becomes-true in decode-step", None, "becomes-true applies to capturable only"),
         ("host-syncs decreases decode-step", None, "is not `METRIC DIRECTION in SCENARIO`"),
         ("host-syncs decreases in decode-step", "demo", "engine 'demo' defines no census scenarios"),
     ],
 )
-def test_parse_mechanism_names_the_text_and_the_closest_word(text: str, engine: str | None, expected: str) -> None:
+def test_parse_mechanism_names_the_text_and_the_closest_word(
+    text: str, engine: str | None, expected: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         parse_mechanism(text, engine=engine)
     assert repr(text) in info.value.message
@@ -92,40 +122,67 @@ def test_parse_flag_kinds_and_refusals() -> None:
 
 
 def test_requires_problems_match_by_slug_and_order() -> None:
-    order = [("0001-a.patch", ()), ("0002-b.patch", ("0001-a.patch",)), ("0003-c.patch", ("0009-a.patch", "0004-d.patch")),
-             ("0004-d.patch", ("0004-d.patch",))]
+    order = [
+        ("0001-a.patch", ()),
+        ("0002-b.patch", ("0001-a.patch",)),
+        ("0003-c.patch", ("0009-a.patch", "0004-d.patch")),
+        ("0004-d.patch", ("0004-d.patch",)),
+    ]
     got = requires_problems(order)
     # 0009-a.patch matches 0001-a.patch by its slug (refresh and rebase renumber); 0004-d is after 0003-c
     assert got == [
-        ("0003-c.patch", "Overlay-Requires '0004-d.patch': that patch comes after it (position 4, this one is 3)"),
+        (
+            "0003-c.patch",
+            "Overlay-Requires '0004-d.patch': that patch comes after it (position 4, this one is 3)",
+        ),
         ("0004-d.patch", "Overlay-Requires '0004-d.patch' names the patch itself"),
     ]
     assert requires_problems([("0001-x.patch", ("0002-gone.patch",))]) == [
-        ("0001-x.patch", "Overlay-Requires '0002-gone.patch': no such patch in the series")]
+        ("0001-x.patch", "Overlay-Requires '0002-gone.patch': no such patch in the series")
+    ]
 
 
 # ------------------------------------------------------------------ Patch accessors and lint on real series
 
 
 def test_patch_accessors_read_repeated_trailers(world: World) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
-    extra = ("Overlay-Flag: DEMO_OPT_X=1\nOverlay-Flag: --fast\nOverlay-Mechanism: host-syncs decreases in decode-step\n"
-             "Overlay-Mechanism: capturable becomes-true in draft-extend\nOverlay-Requires: 0001-core-shorter-greeting.patch\n")
-    world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double", trailers=trailers(extra=extra))
+    world.commit_change(
+        "python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting"
+    )
+    extra = (
+        "Overlay-Flag: DEMO_OPT_X=1\nOverlay-Flag: --fast\nOverlay-Mechanism: host-syncs decreases in decode-step\n"
+        "Overlay-Mechanism: capturable becomes-true in draft-extend\nOverlay-Requires: 0001-core-shorter-greeting.patch\n"
+    )
+    world.commit_change(
+        "python/demo_pkg/util.py",
+        "return 2 * x",
+        "return x + x",
+        "util: double",
+        trailers=trailers(extra=extra),
+    )
     names = world.export_series()
     first, second = (parse_patch(world.series_dir / n) for n in names)
-    assert second.trailer_values("Overlay-Mechanism") == ("host-syncs decreases in decode-step",
-                                                          "capturable becomes-true in draft-extend")
+    assert second.trailer_values("Overlay-Mechanism") == (
+        "host-syncs decreases in decode-step",
+        "capturable becomes-true in draft-extend",
+    )
     assert second.flags == (Flag("env", "DEMO_OPT_X", "1"), Flag("cli", "--fast", None))
     assert [m.metric for m in second.mechanisms] == ["host-syncs", "capturable"]
     assert second.requires == ("0001-core-shorter-greeting.patch",)
-    assert first.flags == (Flag("default", "default", None),) and first.mechanisms == () and first.requires == ()
+    assert (
+        first.flags == (Flag("default", "default", None),) and first.mechanisms == () and first.requires == ()
+    )
     assert second.upstream_status == "Pending"  # the four trailers are still read before the new ones
 
 
 def test_lint_requires_an_overlay_flag(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(extra=""))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(extra=""),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 2
@@ -134,8 +191,13 @@ def test_lint_requires_an_overlay_flag(world: World, cli: Cli) -> None:
 
 
 def test_lint_checks_the_flag_is_in_the_added_lines(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 2
@@ -143,13 +205,23 @@ def test_lint_checks_the_flag_is_in_the_added_lines(world: World, cli: Cli) -> N
 
 
 def test_lint_accepts_a_flag_the_diff_adds_and_a_required_patch_flag(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"',
-                        'prefix = "hi" if __import__("os").environ.get("DEMO_OPT_FAST") == "1" else "hello"',
-                        "core: opt-in shorter greeting", trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi" if __import__("os").environ.get("DEMO_OPT_FAST") == "1" else "hello"',
+        "core: opt-in shorter greeting",
+        trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"),
+    )
     # the second patch rides on the first one's flag: allowed because it requires that patch
-    world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double",
-                        trailers=trailers(extra="Overlay-Flag: DEMO_OPT_FAST=1\n"
-                                                "Overlay-Requires: 0001-core-opt-in-shorter-greeting.patch\n"))
+    world.commit_change(
+        "python/demo_pkg/util.py",
+        "return 2 * x",
+        "return x + x",
+        "util: double",
+        trailers=trailers(
+            extra="Overlay-Flag: DEMO_OPT_FAST=1\nOverlay-Requires: 0001-core-opt-in-shorter-greeting.patch\n"
+        ),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 0, r.err
@@ -157,8 +229,13 @@ def test_lint_accepts_a_flag_the_diff_adds_and_a_required_patch_flag(world: Worl
 
 
 def test_lint_refuses_a_bad_flag_syntax(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Flag: DEMO_OPT\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Flag: DEMO_OPT\n"),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 2
@@ -169,8 +246,13 @@ def test_lint_refuses_a_bad_flag_syntax(world: World, cli: Cli) -> None:
 
 @pytest.mark.parametrize("theme", MECHANISM_THEMES)
 def test_lint_requires_a_mechanism_for_the_mechanism_themes(world: World, cli: Cli, theme: str) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(theme=theme))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(theme=theme),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 2
@@ -178,9 +260,16 @@ def test_lint_requires_a_mechanism_for_the_mechanism_themes(world: World, cli: C
 
 
 def test_lint_checks_mechanism_names_against_the_engine(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(theme="cuda-graph",
-                                          extra="Overlay-Flag: default\nOverlay-Mechanism: eager-launches decreases in decode-step\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(
+            theme="cuda-graph",
+            extra="Overlay-Flag: default\nOverlay-Mechanism: eager-launches decreases in decode-step\n",
+        ),
+    )
     names = world.export_series()
     r = lint(cli, world)
     assert r.code == 2
@@ -189,22 +278,42 @@ def test_lint_checks_mechanism_names_against_the_engine(world: World, cli: Cli) 
     patch = parse_patch(world.series_dir / names[0])
     assert check_declarations(patch, engine="sglang") == []
     got = check_declarations(patch, engine="mlx-lm")
-    assert got == [("Overlay-Mechanism 'eager-launches decreases in decode-step': mlx-lm has no scenario 'decode-step' "
-                   "(did you mean 'decode-token'?)")]
+    assert got == [
+        (
+            "Overlay-Mechanism 'eager-launches decreases in decode-step': mlx-lm has no scenario 'decode-step' "
+            "(did you mean 'decode-token'?)"
+        )
+    ]
 
 
 def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Requires: 0002-util-double.patch\n"))
-    world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double",
-                        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Requires: 0007-not-here.patch\n"
-                                                "Overlay-Requires: util-double\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Requires: 0002-util-double.patch\n"),
+    )
+    world.commit_change(
+        "python/demo_pkg/util.py",
+        "return 2 * x",
+        "return x + x",
+        "util: double",
+        trailers=trailers(
+            extra="Overlay-Flag: default\nOverlay-Requires: 0007-not-here.patch\n"
+            "Overlay-Requires: util-double\n"
+        ),
+    )
     world.export_series()
     r = lint(cli, world)
     assert r.code == 2
-    assert ("0001-core-shorter-greeting.patch: Overlay-Requires '0002-util-double.patch': that patch comes after it "
-            "(position 2, this one is 1)") in r.err
-    assert "0002-util-double.patch: Overlay-Requires '0007-not-here.patch': no such patch in the series" in r.err
+    assert (
+        "0001-core-shorter-greeting.patch: Overlay-Requires '0002-util-double.patch': that patch comes after it "
+        "(position 2, this one is 1)"
+    ) in r.err
+    assert (
+        "0002-util-double.patch: Overlay-Requires '0007-not-here.patch': no such patch in the series" in r.err
+    )
     assert "Overlay-Requires 'util-double' is not a patch file name (NNNN-slug.patch)" in r.err
 
 
@@ -212,10 +321,18 @@ def test_lint_requires_an_earlier_patch_of_the_series(world: World, cli: Cli) ->
 
 
 def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, cli: Cli) -> None:
-    world.commit_change("python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
-    world.commit_change("python/demo_pkg/util.py", "return 2 * x", "return x + x", "util: double",
-                        trailers=trailers(extra="Overlay-Flag: default\n"
-                                                "Overlay-Requires: 0001-core-shorter-greeting.patch\n"))
+    world.commit_change(
+        "python/demo_pkg/core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting"
+    )
+    world.commit_change(
+        "python/demo_pkg/util.py",
+        "return 2 * x",
+        "return x + x",
+        "util: double",
+        trailers=trailers(
+            extra="Overlay-Flag: default\nOverlay-Requires: 0001-core-shorter-greeting.patch\n"
+        ),
+    )
     world.export_series()
     root = ["--root", str(world.root)]
     assert lint(cli, world).code == 0
@@ -227,28 +344,45 @@ def test_refresh_warns_when_a_reorder_puts_a_required_patch_after(world: World, 
     r = cli(*root, "refresh", "demo", "--json")
     assert r.code == 0, r.err  # a warning, not an error
     assert json.loads(r.out)["warnings"] == [
-        ("0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch': that patch comes after it "
-        "(position 2, this one is 1); move the patch after the one it needs, or restore that one "
-        "(or remove the Overlay-Requires line if it no longer applies)")]
+        (
+            "0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch': that patch comes after it "
+            "(position 2, this one is 1); move the patch after the one it needs, or restore that one "
+            "(or remove the Overlay-Requires line if it no longer applies)"
+        )
+    ]
     assert "WARNING 0001-util-double.patch: Overlay-Requires '0001-core-shorter-greeting.patch'" in r.err
-    assert load_series(world.series_dir).names == ("0001-util-double.patch", "0002-core-shorter-greeting.patch")
+    assert load_series(world.series_dir).names == (
+        "0001-util-double.patch",
+        "0002-core-shorter-greeting.patch",
+    )
     assert lint(cli, world).code == 2  # lint refuses what refresh only warned about
 
 
 def test_rebase_skip_warns_for_a_patch_that_requires_the_skipped_one(tmp_path: Path, cli: Cli) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["gone"])
-    world.commit_change(PKG + "util.py", "return 2 * x", "return x + x", "util: double by addition",
-                        trailers=trailers(extra="Overlay-Flag: default\nOverlay-Requires: 0001-old-old_api-adds-zero.patch\n"))
+    world.commit_change(
+        PKG + "util.py",
+        "return 2 * x",
+        "return x + x",
+        "util: double by addition",
+        trailers=trailers(
+            extra="Overlay-Flag: default\nOverlay-Requires: 0001-old-old_api-adds-zero.patch\n"
+        ),
+    )
     world.export_series()
     release = make_release(world)
     root = ["--root", str(world.root)]
     r = cli(*root, "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
     assert r.code == 3 and "WARNING" not in r.err  # stopped on the obsolete patch; nothing dropped yet
     r = cli(*root, "rebase", "demo", "--skip")
-    assert r.code == 3 and "stopped for review" in r.err, r.err  # a broken Overlay-Requires: not published blindly
-    assert ("WARNING 0002-util-double-by-addition.patch: Overlay-Requires '0001-old-old_api-adds-zero.patch': "
-            "no such patch in the series") in r.err
+    assert r.code == 3 and "stopped for review" in r.err, (
+        r.err
+    )  # a broken Overlay-Requires: not published blindly
+    assert (
+        "WARNING 0002-util-double-by-addition.patch: Overlay-Requires '0001-old-old_api-adds-zero.patch': "
+        "no such patch in the series"
+    ) in r.err
     report = json.loads((world.root / "build" / "reports" / "demo-rebase.json").read_text())
     assert len(report["warnings"]) == 1 and "0001-old-old_api-adds-zero.patch" in report["warnings"][0]
     r = cli(*root, "rebase", "demo", "--publish")

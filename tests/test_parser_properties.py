@@ -36,13 +36,58 @@ SETTINGS = settings(
 # what breaks parsers: quotes, escapes, encoded words, huge numbers, control bytes, bytes that are not UTF-8,
 # and the line starts that switch the parser's state
 TOKENS = [
-    b'"', b"\\", b"\\777", b"\\9", b"\xff", b"\xc3", b"\x00", b"\r", b"\t", b"\n", b" ", b"=?x-unknown?q?foo?=",
-    b"=?utf-8?b?!!!?=", b"=?utf-8?q?=FF?=", b"9" * 5000, b"-1", b"99999999999999999999", b"@@ -1,3 +1,3 @@\n",
-    b"@@ -0,0 +1 @@\n", b"diff --git ", b'diff --git "a/x b/x\n', b"--- ", b"+++ ", b"--- /dev/null\n", b"---\n",
-    b"new file mode 100644\n", b"deleted file mode 100644\n", b"new mode 120000\n", b"old mode 160000\n",
-    b"rename from ", b"rename to ", b"copy from ../x\n", b"index \xff..00\n", b"GIT binary patch\n",
-    b"\\ No newline at end of file\n", b"From ", b"Subject: ", b"a/.git/config", b"b/../../x", b"# base: ",
-    b"[", b"]", b"[[", b"=", b"'", b'"""', b"{", b"}", b"1979-13-01", b"inf", b"nan", b"0x" + b"f" * 5000,
+    b'"',
+    b"\\",
+    b"\\777",
+    b"\\9",
+    b"\xff",
+    b"\xc3",
+    b"\x00",
+    b"\r",
+    b"\t",
+    b"\n",
+    b" ",
+    b"=?x-unknown?q?foo?=",
+    b"=?utf-8?b?!!!?=",
+    b"=?utf-8?q?=FF?=",
+    b"9" * 5000,
+    b"-1",
+    b"99999999999999999999",
+    b"@@ -1,3 +1,3 @@\n",
+    b"@@ -0,0 +1 @@\n",
+    b"diff --git ",
+    b'diff --git "a/x b/x\n',
+    b"--- ",
+    b"+++ ",
+    b"--- /dev/null\n",
+    b"---\n",
+    b"new file mode 100644\n",
+    b"deleted file mode 100644\n",
+    b"new mode 120000\n",
+    b"old mode 160000\n",
+    b"rename from ",
+    b"rename to ",
+    b"copy from ../x\n",
+    b"index \xff..00\n",
+    b"GIT binary patch\n",
+    b"\\ No newline at end of file\n",
+    b"From ",
+    b"Subject: ",
+    b"a/.git/config",
+    b"b/../../x",
+    b"# base: ",
+    b"[",
+    b"]",
+    b"[[",
+    b"=",
+    b"'",
+    b'"""',
+    b"{",
+    b"}",
+    b"1979-13-01",
+    b"inf",
+    b"nan",
+    b"0x" + b"f" * 5000,
     b"[" * 2000,
 ]
 
@@ -94,16 +139,47 @@ def _number(draw: st.DrawFn, data: bytearray) -> bytearray:
     if not found:
         return data
     m = found[draw(st.integers(0, len(found) - 1))]
-    new = draw(st.one_of(st.sampled_from([b"0", b"-1", b"00", b"9" * 20, b"9" * 5000, b"1e9", b"\xd9\xa3"]),
-                         st.integers(0, 10**12).map(lambda n: str(n).encode())))
+    new = draw(
+        st.one_of(
+            st.sampled_from([b"0", b"-1", b"00", b"9" * 20, b"9" * 5000, b"1e9", b"\xd9\xa3"]),
+            st.integers(0, 10**12).map(lambda n: str(n).encode()),
+        )
+    )
     return data[: m.start()] + new + data[m.end() :]
 
 
 # structure-aware edits go to the lines that switch the parser's state, at word boundaries
-INTERESTING = (b"diff --git ", b"@@ ", b"Subject: ", b"From: ", b"Date: ", b"index ", b"--- ", b"+++ ", b"new file mode ",
-               b"deleted file mode ", b"rename ", b"old mode ", b"new mode ", b"# base: ")
-LINE_TOKENS = [b'"', b"\\", b"\\777", b"\xff", b"=?x-unknown?q?foo?=", b"=?utf-8?b?w6kx?=", b"9" * 5000, b" ", b"-",
-               b"/", b"../", b"\t", b"\r"]
+INTERESTING = (
+    b"diff --git ",
+    b"@@ ",
+    b"Subject: ",
+    b"From: ",
+    b"Date: ",
+    b"index ",
+    b"--- ",
+    b"+++ ",
+    b"new file mode ",
+    b"deleted file mode ",
+    b"rename ",
+    b"old mode ",
+    b"new mode ",
+    b"# base: ",
+)
+LINE_TOKENS = [
+    b'"',
+    b"\\",
+    b"\\777",
+    b"\xff",
+    b"=?x-unknown?q?foo?=",
+    b"=?utf-8?b?w6kx?=",
+    b"9" * 5000,
+    b" ",
+    b"-",
+    b"/",
+    b"../",
+    b"\t",
+    b"\r",
+]
 HOSTILE_NUMBERS = [b"0", b"-1", b"9" * 20, b"9" * 5000, b"\xd9\xa3", b""]
 
 
@@ -130,7 +206,13 @@ def _structural(draw: st.DrawFn, data: bytearray) -> bytearray:
 
 
 MUTATIONS: list[Callable[[st.DrawFn, bytearray], bytearray]] = [
-    _flip, _insert, _delete, _truncate, _lines, _number, *[_structural] * 6,
+    _flip,
+    _insert,
+    _delete,
+    _truncate,
+    _lines,
+    _number,
+    *[_structural] * 6,
 ]
 
 
@@ -146,17 +228,30 @@ def mutated(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
 def synthetic_patch(draw: st.DrawFn) -> bytes:
     """A format-patch-shaped text whose pieces are generated: headers, subject, quoted paths, hunk numbers, lines."""
     token = st.sampled_from([t.decode("latin-1") for t in LINE_TOKENS])
-    text = st.one_of(st.text(max_size=20), st.lists(st.one_of(token, st.text(max_size=4)), max_size=5).map("".join))
+    text = st.one_of(
+        st.text(max_size=20), st.lists(st.one_of(token, st.text(max_size=4)), max_size=5).map("".join)
+    )
     path = st.one_of(st.from_regex(r"[a-z]{1,8}(/[a-z. ]{1,8}){0,2}", fullmatch=True), text)
     a, b = draw(path), draw(path)
     quote = draw(st.sampled_from(["none", "both", "a-open", "b-open", "a-only"]))
     side_a = f'"a/{a}"' if quote in ("both", "a-only") else f'"a/{a}' if quote == "a-open" else f"a/{a}"
     side_b = f'"b/{b}"' if quote == "both" else f'"b/{b}' if quote == "b-open" else f"b/{b}"
-    number = st.one_of(st.integers(-2, 10**6).map(str), st.sampled_from([n.decode("latin-1") for n in HOSTILE_NUMBERS]))
+    number = st.one_of(
+        st.integers(-2, 10**6).map(str), st.sampled_from([n.decode("latin-1") for n in HOSTILE_NUMBERS])
+    )
     nums = [draw(number) for _ in range(4)]
     body = draw(st.lists(st.tuples(st.sampled_from([" ", "+", "-", "\\", ""]), text), max_size=8))
-    header = draw(st.sampled_from(["", "new file mode 100644\n", "deleted file mode 100644\n",
-                                   f"rename from {a}\nrename to {b}\n", "old mode 100644\nnew mode 100755\n"]))
+    header = draw(
+        st.sampled_from(
+            [
+                "",
+                "new file mode 100644\n",
+                "deleted file mode 100644\n",
+                f"rename from {a}\nrename to {b}\n",
+                "old mode 100644\nnew mode 100755\n",
+            ]
+        )
+    )
     lines = [
         "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001",
         f"From: {draw(text)} <{draw(text)}@example.com>",
@@ -195,8 +290,13 @@ def test_generated_patches_raise_only_overlay_errors(raw: bytes) -> None:
 
 
 @settings(SETTINGS, max_examples=200)
-@given(st.one_of(st.binary(max_size=512), st.text(max_size=256).map(lambda t: t.encode("utf-8", "surrogatepass")),
-                 st.binary(max_size=256).map(lambda b: b"From 0 Mon Sep 17 00:00:00 2001\n" + b)))
+@given(
+    st.one_of(
+        st.binary(max_size=512),
+        st.text(max_size=256).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.binary(max_size=256).map(lambda b: b"From 0 Mon Sep 17 00:00:00 2001\n" + b),
+    )
+)
 def test_random_bytes_as_a_patch_raise_only_overlay_errors(raw: bytes) -> None:
     _parse_patch(raw)
 
@@ -220,12 +320,19 @@ def _write(folder: Path, name: str, data: bytes) -> Path:
     return path
 
 
-SCRATCH = Path(tempfile.mkdtemp(prefix="overlay-properties-"))  # one folder for every example (no tmp_path per example)
+SCRATCH = Path(
+    tempfile.mkdtemp(prefix="overlay-properties-")
+)  # one folder for every example (no tmp_path per example)
 
 
 @settings(SETTINGS, max_examples=300)
-@given(st.one_of(mutated(SERIES), st.text(max_size=300).map(lambda t: ("# base: demo 1.0 -\n" + t).encode()),
-                 st.binary(max_size=300)))
+@given(
+    st.one_of(
+        mutated(SERIES),
+        st.text(max_size=300).map(lambda t: ("# base: demo 1.0 -\n" + t).encode()),
+        st.binary(max_size=300),
+    )
+)
 def test_series_files_raise_only_overlay_errors(data: bytes) -> None:
     path = _write(SCRATCH / "series-dir", "series", data)
     with contextlib.suppress(OverlayError):
@@ -233,9 +340,15 @@ def test_series_files_raise_only_overlay_errors(data: bytes) -> None:
 
 
 @settings(SETTINGS, max_examples=600)
-@given(st.one_of(st.tuples(st.sampled_from(sorted(MANIFESTS)), mutated(list(MANIFESTS.values()))),
-                 st.tuples(st.sampled_from(sorted(MANIFESTS)), st.binary(max_size=400)),
-                 st.tuples(st.just("demo.toml"), st.text(max_size=400).map(lambda t: t.encode("utf-8", "surrogatepass")))))
+@given(
+    st.one_of(
+        st.tuples(st.sampled_from(sorted(MANIFESTS)), mutated(list(MANIFESTS.values()))),
+        st.tuples(st.sampled_from(sorted(MANIFESTS)), st.binary(max_size=400)),
+        st.tuples(
+            st.just("demo.toml"), st.text(max_size=400).map(lambda t: t.encode("utf-8", "surrogatepass"))
+        ),
+    )
+)
 def test_manifests_raise_only_overlay_errors(case: tuple[str, bytes]) -> None:
     name, data = case
     path = _write(SCRATCH / "root" / "overlays", name, data)

@@ -31,7 +31,9 @@ class Seen:
 
 
 def run_git(cwd: Path, *args: str, data: bytes) -> bytes:
-    proc = subprocess.run(["git", *args], cwd=cwd, input=data, capture_output=True, env={**os.environ, **GIT_ENV})
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, input=data, capture_output=True, env={**os.environ, **GIT_ENV}
+    )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return proc.stdout
 
@@ -80,7 +82,13 @@ def rename_sides(text: str) -> tuple[str, str]:
 def unquote(path: str) -> str:
     """git's C-quoting of a path with a space or a quote, which core.quotePath=false leaves in place."""
     if path.startswith('"') and path.endswith('"'):
-        return path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode()
+        return (
+            path[1:-1]
+            .encode("latin-1", "backslashreplace")
+            .decode("unicode_escape")
+            .encode("latin-1")
+            .decode()
+        )
     return path
 
 
@@ -91,7 +99,9 @@ def we_see(patch: Patch) -> Seen:
         numstat[f.path] = (lines.count("+"), lines.count("-"))
     return Seen(
         numstat=numstat,
-        renames=frozenset((f.old_path or "", f.new_path or "") for f in patch.files if f.kind in ("rename", "copy")),
+        renames=frozenset(
+            (f.old_path or "", f.new_path or "") for f in patch.files if f.kind in ("rename", "copy")
+        ),
         creates=frozenset((f.new_mode or "", f.path) for f in patch.files if f.kind == "add"),
         deletes=frozenset((f.old_mode or "", f.path) for f in patch.files if f.kind == "delete"),
         mode_changes=frozenset(
@@ -143,7 +153,13 @@ def file_kinds_world(tmp_path: Path) -> World:
 
     def commit(subject: str) -> None:
         git(up, "add", "-A")
-        git(up, "commit", "-q", "-m", f"{subject}\n\nWhy: {subject}, measured nothing.\n\nOverlay-Theme: other")
+        git(
+            up,
+            "commit",
+            "-q",
+            "-m",
+            f"{subject}\n\nWhy: {subject}, measured nothing.\n\nOverlay-Theme: other",
+        )
 
     (pkg / "util.py").rename(pkg / "helpers.py")
     commit("util: rename to helpers")
@@ -163,8 +179,10 @@ def file_kinds_world(tmp_path: Path) -> World:
 
 
 def test_file_kinds_agree_with_git(file_kinds_world: World, scratch_repo: Path, tmp_path: Path) -> None:
-    patches = [compare(p.read_bytes(), p.name, scratch_repo, tmp_path)
-               for p in sorted(file_kinds_world.series_dir.glob("*.patch"))]
+    patches = [
+        compare(p.read_bytes(), p.name, scratch_repo, tmp_path)
+        for p in sorted(file_kinds_world.series_dir.glob("*.patch"))
+    ]
     kinds = {f.kind for p in patches for f in p.files}
     assert kinds == {"rename", "delete", "add", "modify"}
     assert any(f.old_mode != f.new_mode for p in patches for f in p.files if f.kind == "modify")

@@ -11,7 +11,9 @@ from support import CORE_PY, World, git
 
 
 def tree_with(core: str) -> MemoryTree:
-    return MemoryTree({"demo_pkg/core.py": core.encode(), "demo_pkg/util.py": b"def double(x):\n    return 2 * x\n"})
+    return MemoryTree(
+        {"demo_pkg/core.py": core.encode(), "demo_pkg/util.py": b"def double(x):\n    return 2 * x\n"}
+    )
 
 
 def test_exact_apply_maps_package_root(world2: World) -> None:
@@ -37,7 +39,9 @@ def test_offset_is_refused_and_named(world2: World) -> None:
 def test_fuzz_is_refused_and_named(world2: World) -> None:
     patch = load_series(world2.series_dir).patches[0]
     # the last context line of the hunk (a blank line after `return f"...`) changes: GNU patch would use fuzz 1
-    core = CORE_PY.replace('    return f"{prefix}, {name}"\n\n', '    return f"{prefix}, {name}"\n# edge\n', 1)
+    core = CORE_PY.replace(
+        '    return f"{prefix}, {name}"\n\n', '    return f"{prefix}, {name}"\n# edge\n', 1
+    )
     with pytest.raises(PatchError, match=r"would apply only with fuzz \d"):
         apply_patch(tree_with(core), patch, package_root="python")
 
@@ -76,7 +80,9 @@ def test_add_delete_rename_on_a_directory_tree(world: World, tmp_path: Path) -> 
     git(tmp_path, "clone", "-q", str(up), str(target))
     git(target, "checkout", "-q", world.base_commit)
     apply_patch(DirTree(target), patch)
-    assert (target / "python/demo_pkg/helpers.py").is_file() and not (target / "python/demo_pkg/util.py").exists()
+    assert (target / "python/demo_pkg/helpers.py").is_file() and not (
+        target / "python/demo_pkg/util.py"
+    ).exists()
     assert (target / "python/demo_pkg/new.py").read_text() == "NEW = True\n"
     assert not (target / "README.md").exists()
 

@@ -16,17 +16,26 @@ def test_layout_defaults_and_environment(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.delenv(CACHE_ENV, raising=False)
     lay = layout(tmp_path)
     assert (lay.build, lay.cache, lay.wheels, lay.reports) == (
-        tmp_path / "build", tmp_path / "build" / "cache", tmp_path / "build" / "wheels", tmp_path / "build" / "reports")
+        tmp_path / "build",
+        tmp_path / "build" / "cache",
+        tmp_path / "build" / "wheels",
+        tmp_path / "build" / "reports",
+    )
     monkeypatch.setenv(BUILD_ENV, "out/b")  # relative: from the repository root
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "shared"))
     lay = layout(tmp_path)
-    assert (lay.build, lay.cache, lay.tmp) == (tmp_path / "out" / "b", tmp_path / "shared", tmp_path / "out" / "b" / "tmp")
+    assert (lay.build, lay.cache, lay.tmp) == (
+        tmp_path / "out" / "b",
+        tmp_path / "shared",
+        tmp_path / "out" / "b" / "tmp",
+    )
     monkeypatch.setenv(BUILD_ENV, "  ")  # blank: the default
     assert layout(tmp_path).build == tmp_path / "build"
 
 
-def test_apply_writes_under_the_relocated_build_dir_only(world2: World, cli: Cli, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_writes_under_the_relocated_build_dir_only(
+    world2: World, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     elsewhere = tmp_path / "elsewhere"
     monkeypatch.setenv(BUILD_ENV, str(elsewhere))
     r = cli("--root", str(world2.root), "apply", "demo")
@@ -36,7 +45,9 @@ def test_apply_writes_under_the_relocated_build_dir_only(world2: World, cli: Cli
     assert not (world2.root / "build").exists()
 
 
-def test_two_repositories_share_one_artifact_cache(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_repositories_share_one_artifact_cache(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shared = tmp_path / "shared-cache"
     monkeypatch.setenv(CACHE_ENV, str(shared))
     first = make_world(tmp_path / "a")

@@ -38,8 +38,12 @@ def test_cli_reporter_without_a_terminal_writes_stable_lines() -> None:
 
 def test_verbose_streams_every_output_line() -> None:
     buf = io.StringIO()
-    run_step([sys.executable, "-c", SCRIPT.replace("sys.exit(3)", "pass")], reporter=StepReporter(verbosity=1, stream=buf),
-             stage="env", what="pip install")
+    run_step(
+        [sys.executable, "-c", SCRIPT.replace("sys.exit(3)", "pass")],
+        reporter=StepReporter(verbosity=1, stream=buf),
+        stage="env",
+        what="pip install",
+    )
     text = buf.getvalue()
     for line in ("  | out 1", "  | out 2", "  | err 1"):
         assert line in text.splitlines()
@@ -48,14 +52,23 @@ def test_verbose_streams_every_output_line() -> None:
 
 def test_quiet_shows_nothing() -> None:
     buf = io.StringIO()
-    run_step([sys.executable, "-c", "print(1)"], reporter=StepReporter(verbosity=-1, stream=buf), stage="env", what="x")
+    run_step(
+        [sys.executable, "-c", "print(1)"],
+        reporter=StepReporter(verbosity=-1, stream=buf),
+        stage="env",
+        what="x",
+    )
     assert buf.getvalue() == ""
 
 
 def test_terminal_counts_seconds_while_the_step_runs() -> None:
     buf = _Tty()
-    run_step([sys.executable, "-c", "import time; time.sleep(2.3)"], reporter=StepReporter(stream=buf),
-             stage="env", what="creating the venv")
+    run_step(
+        [sys.executable, "-c", "import time; time.sleep(2.3)"],
+        reporter=StepReporter(stream=buf),
+        stage="env",
+        what="creating the venv",
+    )
     text = buf.getvalue()
     assert text.startswith("env: creating the venv")
     assert "\renv: creating the venv (1 s)" in text and "\renv: creating the venv (2 s)" in text
@@ -64,5 +77,10 @@ def test_terminal_counts_seconds_while_the_step_runs() -> None:
 
 def test_a_timeout_kills_the_command() -> None:
     with pytest.raises(subprocess.TimeoutExpired):
-        run_step([sys.executable, "-c", "import time; time.sleep(30)"], reporter=ListReporter(), stage="env",
-                 what="sleep", timeout=0.5)
+        run_step(
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            reporter=ListReporter(),
+            stage="env",
+            what="sleep",
+            timeout=0.5,
+        )

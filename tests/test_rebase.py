@@ -38,7 +38,9 @@ def tree_snapshot(root: Path, *, skip: tuple[str, ...] = ("build/cache",)) -> di
 def test_rebase_classifies_and_publishes(rworld: World, cli: Cli) -> None:
     names = add_patches(rworld, ["util", "clean", "offset", "merged", "upstreamed", "equivalent"])
     manifest_path = rworld.root / "overlays" / "demo.toml"
-    manifest_path.write_text("# the demo engine (a comment the rebase must keep)\n" + manifest_path.read_text())
+    manifest_path.write_text(
+        "# the demo engine (a comment the rebase must keep)\n" + manifest_path.read_text()
+    )
     util_bytes = (rworld.series_dir / names[0]).read_bytes()
     release = make_release(rworld)
     r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
@@ -85,7 +87,9 @@ def test_rebase_classifies_and_publishes(rworld: World, cli: Cli) -> None:
     # the result is a valid series at the new pin: lint, checkout and an unchanged refresh
     assert cli("--root", str(rworld.root), "lint", "demo").code == 0
     r = cli("--root", str(rworld.root), "-q", "checkout", "demo", "--json")
-    assert r.code == 0 and json.loads(r.out)["base"] == data["bases"]["new"]  # the same reproducible base commit
+    assert (
+        r.code == 0 and json.loads(r.out)["base"] == data["bases"]["new"]
+    )  # the same reproducible base commit
     before = tree_snapshot(rworld.series_dir)
     r = cli("--root", str(rworld.root), "refresh", "demo")
     assert r.code == 0 and "nothing to do" in r.out and tree_snapshot(rworld.series_dir) == before
@@ -108,7 +112,10 @@ def test_conflict_stops_then_continue_publishes(rworld: World, cli: Cli) -> None
     pinned_base = json.loads(cli(*root, "-q", "checkout", "demo", "--json").out)["base"]
     r = cli(*root, "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri())
     assert r.code == 3
-    assert json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())["bases"]["old"] == pinned_base
+    assert (
+        json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())["bases"]["old"]
+        == pinned_base
+    )
     assert "rebase stopped at 0002-engine-conflict_target-adds-twelve.patch (conflict)" in r.err
     assert "--continue" in r.err and "--abort" in r.err
     repo = rworld.root / "build" / "rebase" / "demo" / "repo"
@@ -129,11 +136,14 @@ def test_conflict_stops_then_continue_publishes(rworld: World, cli: Cli) -> None
     _resolve_conflict(repo, PKG + "engine.py", "    f = x + 11 + 1\n")
     r = cli(*root, "rebase", "demo", "--continue")
     assert r.code == 0, r.err
-    assert classes(rworld.root / "build" / "reports" / "demo-rebase.json")["engine-conflict_target-adds-twelve.patch"] == (
-        "conflict", "user")
+    assert classes(rworld.root / "build" / "reports" / "demo-rebase.json")[
+        "engine-conflict_target-adds-twelve.patch"
+    ] == ("conflict", "user")
     patch = (rworld.series_dir / "0002-engine-conflict_target-adds-twelve.patch").read_text()
     assert "-    f = x + 11\n+    f = x + 11 + 1\n" in patch
-    assert "Overlay-Numerics: exact" in patch and "Subject: [PATCH] engine: conflict_target adds twelve" in patch
+    assert (
+        "Overlay-Numerics: exact" in patch and "Subject: [PATCH] engine: conflict_target adds twelve" in patch
+    )
     assert cli(*root, "lint", "demo").code == 0
 
 
@@ -152,7 +162,9 @@ def test_abort_leaves_no_trace(rworld: World, cli: Cli) -> None:
     (repo / PKG / "engine.py").write_text("half-way through a resolution\n")
     r = cli(*root, "rebase", "demo", "--abort")
     assert r.code == 0, r.err
-    assert tree_snapshot(rworld.root) == before  # patches/, overlays/, the worktree, the old report: byte for byte
+    assert (
+        tree_snapshot(rworld.root) == before
+    )  # patches/, overlays/, the worktree, the old report: byte for byte
     assert not (rworld.root / "build" / "rebase" / "demo").exists()
     r = cli(*root, "rebase", "demo", "--abort")
     assert r.code == 2 and "no rebase of demo is in progress" in r.err
@@ -188,10 +200,14 @@ def test_dry_run_writes_nothing(rworld: World, cli: Cli) -> None:
     add_patches(rworld, ["clean", "conflict", "renamed"])
     release = make_release(rworld)
     before = tree_snapshot(rworld.root)
-    r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--dry-run")
+    r = cli(
+        "--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--dry-run"
+    )
     assert r.code == 0, r.err
     assert "dry-run" in r.out and "conflict" in r.out and "obsolete" in r.out and "clean" in r.out
-    assert tree_snapshot(rworld.root, skip=("build",)) == {k: v for k, v in before.items() if not k.startswith("build/")}
+    assert tree_snapshot(rworld.root, skip=("build",)) == {
+        k: v for k, v in before.items() if not k.startswith("build/")
+    }
     assert not (rworld.root / "build" / "rebase" / "demo").exists()
 
 
@@ -265,7 +281,10 @@ def test_continue_after_an_interrupted_run(rworld: World, cli: Cli, monkeypatch:
     assert r.code == 2 and "nothing to skip" in r.err
     r = cli(*root, "rebase", "demo", "--continue")
     assert r.code == 0, r.err
-    assert [c for c, _r in classes(rworld.root / "build" / "reports" / "demo-rebase.json").values()] == ["clean", "clean"]
+    assert [c for c, _r in classes(rworld.root / "build" / "reports" / "demo-rebase.json").values()] == [
+        "clean",
+        "clean",
+    ]
     assert cli(*root, "lint", "demo").code == 0
 
 
@@ -283,7 +302,9 @@ def test_lint_against_another_release(rworld: World, cli: Cli) -> None:
     release = make_release(rworld)
     root = ["--root", str(rworld.root)]
     # the release is found once (the pin is a direct url), then remembered in build/cache/releases
-    assert cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--dry-run").code == 0
+    assert (
+        cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--dry-run").code == 0
+    )
     r = cli(*root, "lint", "demo", "--against", "1.3.0")
     assert r.code == 0, r.err
     assert "every hunk lands in the same symbol at 1.3.0" in r.out
@@ -297,7 +318,9 @@ def test_json_output_is_the_report_file(rworld: World, cli: Cli) -> None:
     """`rebase --json` printed a document built without the state (no bases, no upstream status, no from artifacts)."""
     add_patches(rworld, ["util", "clean", "conflict"])
     release = make_release(rworld)
-    r = cli("--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--json")
+    r = cli(
+        "--root", str(rworld.root), "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri(), "--json"
+    )
     assert r.code == 3, r.err
     printed = json.loads(r.out)
     written = json.loads((rworld.root / "build" / "reports" / "demo-rebase.json").read_text())

@@ -41,9 +41,14 @@ def test_lint_warns_about_a_region_most_patches_touch(tmp_path: Path, cli: Cli) 
 def test_no_warning_when_a_third_or_fewer_touch_the_region(tmp_path: Path, cli: Cli) -> None:
     world = make_world(tmp_path)
     _flag_patches(world, 3)
-    for old, new in (("return a + b", "return b + a"), ("self.size = size", "self.size = int(size)"),
-                     ("y = x * 2", "y = x * 3"), ('prefix = "hello"', 'prefix = "hi"'),
-                     ("return y + self.size", "return self.size + y"), ('"""A tiny engine."""', '"""An engine."""')):
+    for old, new in (
+        ("return a + b", "return b + a"),
+        ("self.size = size", "self.size = int(size)"),
+        ("y = x * 2", "y = x * 3"),
+        ('prefix = "hello"', 'prefix = "hi"'),
+        ("return y + self.size", "return self.size + y"),
+        ('"""A tiny engine."""', '"""An engine."""'),
+    ):
         world.commit_change(CORE, old, new, f"core: {new.split()[0]}")
     world.export_series()
     assert merge_hotspots(load_series(world.series_dir).patches) == []  # 3 of 9 is not more than a third

@@ -77,7 +77,8 @@ def test_the_same_line_in_three_functions_after_upstream_inserted_code_is_not_mo
 
 
 LONG = "".join(
-    f"def {name}(x):\n" + "".join(f"    v{i} = x + {i}  # {name}\n" if i != 4 else f"    v{i} = x * {i}\n" for i in range(8))
+    f"def {name}(x):\n"
+    + "".join(f"    v{i} = x + {i}  # {name}\n" if i != 4 else f"    v{i} = x * {i}\n" for i in range(8))
     + "    return x\n\n\n"
     for name in ("first", "second", "third")
 ).encode()
@@ -86,18 +87,27 @@ LONG = "".join(
 def _one_hunk_patch(before: bytes, after: bytes) -> Patch:
     import difflib
 
-    diff = "".join(difflib.unified_diff(before.decode().splitlines(keepends=True), after.decode().splitlines(keepends=True),
-                                        "a/m.py", "b/m.py", n=3))
+    diff = "".join(
+        difflib.unified_diff(
+            before.decode().splitlines(keepends=True),
+            after.decode().splitlines(keepends=True),
+            "a/m.py",
+            "b/m.py",
+            n=3,
+        )
+    )
     head = SAME_LINE_PATCH[: SAME_LINE_PATCH.index(b"diff --git")]
-    return parse_patch_bytes(head + b"diff --git a/m.py b/m.py\n" + diff.encode() + b"-- \n2.43.0\n",
-                             name="0001-second-scales.patch")
+    return parse_patch_bytes(
+        head + b"diff --git a/m.py b/m.py\n" + diff.encode() + b"-- \n2.43.0\n",
+        name="0001-second-scales.patch",
+    )
 
 
 def _second_scales() -> Patch:
     # the same line, byte for byte, is in all three functions; the patch changes the one in second()
     i = LONG.index(b"def second")
     j = LONG.index(b"    v4 = x * 4\n", i)
-    return _one_hunk_patch(LONG, LONG[:j] + b"    v4 = x * 40\n" + LONG[j + len(b"    v4 = x * 4\n"):])
+    return _one_hunk_patch(LONG, LONG[:j] + b"    v4 = x * 40\n" + LONG[j + len(b"    v4 = x * 4\n") :])
 
 
 def test_a_function_upstream_moved_whole_carries_its_hunk_along() -> None:
@@ -112,7 +122,8 @@ def test_code_upstream_moved_into_another_function_is_reported() -> None:
     target = LONG.replace(b"def second(x):", b"def helper(x):")
     moves = check_hunk_locations({"m.py": LONG}, {"m.py": target}, [_second_scales()])
     assert [(name, m.index, m.before, m.after) for name, m in moves] == [
-        ("0001-second-scales.patch", 1, ("second",), ("helper",))]
+        ("0001-second-scales.patch", 1, ("second",), ("helper",))
+    ]
 
 
 def test_line_map_follows_the_diff() -> None:
@@ -134,7 +145,9 @@ def test_real_mlx_lm_series_lands_in_the_same_symbols_on_0_32_1(tmp_path: Path, 
     (root / "build").mkdir(parents=True)
     shutil.copytree(REPO / "overlays", root / "overlays")
     shutil.copytree(REPO / "patches", root / "patches")
-    shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "tinymodels"))
+    shutil.copytree(
+        REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "tinymodels")
+    )
     (REPO / "build" / "cache").mkdir(parents=True, exist_ok=True)
     (root / "build" / "cache").symlink_to(REPO / "build" / "cache")
     r = cli("--root", str(root), "lint", "mlx-lm", "--against", "0.32.1")

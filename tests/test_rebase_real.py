@@ -51,19 +51,30 @@ def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli: Cli) -> None:
     assert r.code == 3, r.err
     report = old_root / "build" / "reports" / "mlx-lm-rebase.json"
     got = [(p["name"][:4], p["class"]) for p in json.loads(report.read_text())["patches"]]
-    assert got == [("0001", "clean"), ("0002", "offset"), ("0003", "upstreamed"), ("0004", "merged"), ("0005", "conflict")]
+    assert got == [
+        ("0001", "clean"),
+        ("0002", "offset"),
+        ("0003", "upstreamed"),
+        ("0004", "merged"),
+        ("0005", "conflict"),
+    ]
     offset = json.loads(report.read_text())["patches"][1]["offsets"]
     assert offset == [{"path": "mlx_lm/models/cache.py", "hunk": 1, "from": 107, "to": 134, "offset": 27}]
     # resolve the apply_top_p conflict as a person would: keep upstream's new body, re-add our early return
     repo = old_root / "build" / "rebase" / "mlx-lm" / "repo"
     target = repo / "mlx_lm" / "sample_utils.py"
-    text, n = re.subn(r"<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?>>>>>>> [^\n]*\n",
-                      lambda m: "    if top_p >= 1.0:\n        return logprobs  # nothing to filter\n" + m.group(1),
-                      target.read_text(), flags=re.DOTALL)
+    text, n = re.subn(
+        r"<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?>>>>>>> [^\n]*\n",
+        lambda m: "    if top_p >= 1.0:\n        return logprobs  # nothing to filter\n" + m.group(1),
+        target.read_text(),
+        flags=re.DOTALL,
+    )
     assert n == 1
     target.write_text(text)
     r = cli(*root, "rebase", "mlx-lm", "--continue")
-    assert r.code == 3 and "stopped for review" in r.err, r.err  # 0004 was merged: looked at before publishing
+    assert r.code == 3 and "stopped for review" in r.err, (
+        r.err
+    )  # 0004 was merged: looked at before publishing
     assert "REVIEW 1 patch resolved by a 3-way merge, not applied as written: 0004-" in r.out
     assert load_engine(old_root, "mlx-lm").upstream.version == "0.31.2"
     r = cli(*root, "rebase", "mlx-lm", "--publish")
@@ -76,7 +87,11 @@ def test_real_series_rebases_0_31_2_to_0_32_2(old_root: Path, cli: Cli) -> None:
     series = load_series(old_root / "patches" / "mlx-lm")
     assert series.base_version == "0.32.2"
     assert [p.name[:4] + ":" + p.subject.split(":")[0] for p in series.patches] == [
-        "0001:cache", "0002:cache", "0003:sample_utils", "0004:sample_utils"]
+        "0001:cache",
+        "0002:cache",
+        "0003:sample_utils",
+        "0004:sample_utils",
+    ]
     ledger = (old_root / "patches" / "mlx-lm" / "DROPPED").read_text()
     assert "patch: 0003-sample_utils-the-top_k-error-names-the-open-interval.patch" in ledger
     assert "upstream-status: Backport https://github.com/ml-explore/mlx-lm/pull/1377" in ledger
@@ -88,7 +103,19 @@ def test_real_review_names_the_changed_symbols(old_root: Path, cli: Cli) -> None
     if load_engine(old_root, "mlx-lm").upstream.version != "0.32.2":
         pytest.skip("needs the rebase of the previous test")
     html = old_root / "build" / "reports" / "mlx-lm-review.html"
-    r = cli("--root", str(old_root), "review", "mlx-lm", "--from", "0.31.2", "--to", "0.32.2", "--html", str(html), "--json")
+    r = cli(
+        "--root",
+        str(old_root),
+        "review",
+        "mlx-lm",
+        "--from",
+        "0.31.2",
+        "--to",
+        "0.32.2",
+        "--html",
+        str(html),
+        "--json",
+    )
     assert r.code == 0, r.err
     data = json.loads(r.out)
     status = {s["symbol"]: (s["status"], s["flagged"]) for s in data["symbols"]}
@@ -101,8 +128,12 @@ def test_real_review_names_the_changed_symbols(old_root: Path, cli: Cli) -> None
     }
     assert [d["patch"][:4] + ":" + d["evidence"] for d in data["duplicates"]] == ["0003:reverse-applies"]
     assert [(e["old"][:4], e["kind"], (e["new"] or "-")[:4]) for e in data["range_diff"]] == [
-        ("0001", "identical", "0001"), ("0002", "identical", "0002"), ("0003", "dropped", "-"),
-        ("0004", "context-only", "0003"), ("0005", "context-only", "0004")]
+        ("0001", "identical", "0001"),
+        ("0002", "identical", "0002"),
+        ("0003", "dropped", "-"),
+        ("0004", "context-only", "0003"),
+        ("0005", "context-only", "0004"),
+    ]
     page = html.read_text()
     assert "apply_top_p" in page and "0005-sample_utils-apply_top_p-returns-at-once-when-top_p-.patch" in page
 
@@ -116,7 +147,9 @@ def test_real_sglang_dry_run_tells_own_from_inherited_conflicts(tmp_path: Path, 
     (root / "build").mkdir(parents=True)
     shutil.copytree(REPO / "overlays", root / "overlays")
     shutil.copytree(REPO / "patches", root / "patches")
-    shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "tinymodels"))
+    shutil.copytree(
+        REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "tinymodels")
+    )
     (root / "build" / "cache").symlink_to(REPO / "build" / "cache")
     if load_engine(root, "sglang").upstream.version != "0.5.23":
         pytest.skip("sglang is no longer pinned at 0.5.23")

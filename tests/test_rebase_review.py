@@ -27,10 +27,16 @@ def test_a_merged_patch_stops_for_review_and_abort_gives_it_up(tmp_path: Path, c
     assert r.code == 3, r.err
     assert "rebase demo 1.2.0 -> 1.3.0: review" in r.out and "merged" in r.out  # the table
     assert "REVIEW 1 patch resolved by a 3-way merge" in r.out
-    assert "overlay lint demo" in r.out and "overlay check demo" in r.out and "overlay rebase demo --publish" in r.out
+    assert (
+        "overlay lint demo" in r.out
+        and "overlay check demo" in r.out
+        and "overlay rebase demo --publish" in r.out
+    )
     assert _tree(world) == before  # nothing published
     report = json.loads((world.root / "build" / "reports" / "demo-rebase.json").read_text())
-    assert report["status"] == "review" and report["review"][0].startswith("1 patch resolved by a 3-way merge")
+    assert report["status"] == "review" and report["review"][0].startswith(
+        "1 patch resolved by a 3-way merge"
+    )
     r = cli(*root, "rebase", "demo")  # the status: still the review stop
     assert r.code == 3 and ": review" in r.out
     r = cli(*root, "rebase", "demo", "--continue")
@@ -70,7 +76,9 @@ def test_undo_refuses_when_the_series_changed_since_the_publish(tmp_path: Path, 
     add_patches(world, ["util", "clean"])
     release = make_release(world)
     root = ["--root", str(world.root)]
-    assert cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri()).code == 0  # clean: published
+    assert (
+        cli(*root, "-q", "rebase", "demo", "--to", "1.3.0", "--url", release.as_uri()).code == 0
+    )  # clean: published
     series = world.series_dir / "series"
     series.write_text(series.read_text() + "# edited after the publish\n")
     r = cli(*root, "rebase", "demo", "--undo")
@@ -82,7 +90,9 @@ def test_a_target_older_than_the_pin_stops_for_review(tmp_path: Path, cli: Cli) 
     world = make_rebase_world(tmp_path)
     add_patches(world, ["util", "clean"])
     before = _tree(world)
-    older = make_release(world, "1.1.0", files=release_files(world, [], rename_legacy=False, delete_old=False))
+    older = make_release(
+        world, "1.1.0", files=release_files(world, [], rename_legacy=False, delete_old=False)
+    )
     root = ["--root", str(world.root)]
     r = cli(*root, "rebase", "demo", "--to", "1.1.0", "--url", older.as_uri())
     assert r.code == 3, r.err

@@ -16,16 +16,24 @@ ENGINE = PKG + "engine.py"
 
 # 1.3.0: merged_target's tail grows (+4 -2), a function appears after clean_target, conflict_target changes
 EDITS = [
-    ("engine.py", "def merged_target(x):\n    # upstream edits this comment line\n",
-     "def merged_target(x, k=1):\n    # upstream edited this\n    # and it grew\n    # by two lines\n"),
-    ("engine.py", "def offset_target(x):", "def fresh_helper(x):\n    y = x + 2\n    return y\n\n\ndef offset_target(x):"),
+    (
+        "engine.py",
+        "def merged_target(x):\n    # upstream edits this comment line\n",
+        "def merged_target(x, k=1):\n    # upstream edited this\n    # and it grew\n    # by two lines\n",
+    ),
+    (
+        "engine.py",
+        "def offset_target(x):",
+        "def fresh_helper(x):\n    y = x + 2\n    return y\n\n\ndef offset_target(x):",
+    ),
     ("engine.py", "f = x + 10", "f = x + 11"),
 ]
 
 
 def _g(wt: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=wt, env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=wt, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _series_at_new_release(world: World, cli: Cli) -> list[str]:
@@ -44,11 +52,14 @@ def _series_at_new_release(world: World, cli: Cli) -> list[str]:
     wt = world.root / "build" / "worktrees" / "demo"
     eng = wt / ENGINE
     eng.write_text(eng.read_text().replace("    y = x + 2\n", "    y = x + 2  # ours\n"))
-    (wt / PKG / "helpers.py").write_text("def helper_one(x):\n    return x\n\n\nclass Helper:\n    def go(self):\n"
-                                         "        return 1\n")
+    (wt / PKG / "helpers.py").write_text(
+        "def helper_one(x):\n    return x\n\n\nclass Helper:\n    def go(self):\n        return 1\n"
+    )
     _g(wt, "add", "-A")
-    trailers = ("Overlay-Theme: other\nOverlay-Numerics: exact\nOverlay-Check: tests/test_demo.py::test_demo\n"
-                "Upstream-Status: Pending\nOverlay-Flag: default\n")
+    trailers = (
+        "Overlay-Theme: other\nOverlay-Numerics: exact\nOverlay-Check: tests/test_demo.py::test_demo\n"
+        "Upstream-Status: Pending\nOverlay-Flag: default\n"
+    )
     _g(wt, "commit", "-q", "-m", "engine: note in fresh_helper\n\nA patch written at 1.3.0.\n\n" + trailers)
     r = cli(*root, "-q", "refresh", "demo")
     assert r.code == 0, r.err
@@ -71,18 +82,22 @@ def test_review_reads_from_to_when_the_series_sits_on_to(tmp_path: Path, cli: Cl
     merged = sym["merged_target"]
     assert (merged["status"], merged["added"], merged["removed"]) == ("changed", 4, 2), merged
     fresh = sym["fresh_helper"]
-    assert fresh["status"] == "added-upstream" and not fresh["flagged"] and "added upstream" in fresh["summary"]
+    assert (
+        fresh["status"] == "added-upstream" and not fresh["flagged"] and "added upstream" in fresh["summary"]
+    )
     # the added module is Python: its symbols, not "<module>" of a file that is not there
     assert {"helper_one", "Helper"} <= set(sym), sorted(sym)
     assert sym["Helper"]["status"] == "added-by-series"
     # HTML: old (1.2.0) on the left, new (1.3.0) on the right
     text = html.read_text()
-    block = text[text.index('id="sym-' + ENGINE + '::merged_target"'):]
+    block = text[text.index('id="sym-' + ENGINE + '::merged_target"') :]
     block = block[: block.index("</details>")]
     assert block.index("1.2.0: " + ENGINE) < block.index("1.3.0: " + ENGINE)
     assert block.index("# and it grew") > block.index("1.3.0: " + ENGINE)
     left_cells = [c for c in block.split("<tr>") if "# and it grew" in c]
-    assert left_cells and all('class="code add"' in c for c in left_cells)  # new lines tinted as added on the right
+    assert left_cells and all(
+        'class="code add"' in c for c in left_cells
+    )  # new lines tinted as added on the right
     # badges name their file
     assert "engine.py::merged_target (changed)" in text and "helpers.py::Helper (added-by-series)" in text
 
@@ -112,8 +127,19 @@ def test_review_counts_moved_hunks_as_flagged(tmp_path: Path, cli: Cli) -> None:
     release = make_release(world)  # Scheduler.run renamed to execute upstream
     root = ["--root", str(world.root)]
     html = tmp_path / "r.html"
-    r = cli(*root, "review", "demo", "--from", "1.2.0", "--to", "1.3.0", "--to-url", release.as_uri(),
-            "--html", str(html))
+    r = cli(
+        *root,
+        "review",
+        "demo",
+        "--from",
+        "1.2.0",
+        "--to",
+        "1.3.0",
+        "--to-url",
+        release.as_uri(),
+        "--html",
+        str(html),
+    )
     assert r.code == 0, r.err
     data = json.loads((world.root / "build" / "reports" / "demo-review.json").read_text())
     moved = [m for e in data["range_diff"] for m in e["moved_hunks"]]

@@ -75,7 +75,9 @@ def test_non_utf8_series_file(world2: World, cli: Callable[..., object]) -> None
 def test_unknown_mime_charset_in_a_subject(world2: World, cli: Callable[..., object]) -> None:
     patch = first_patch(world2)
     edit_bytes(patch, b"Subject: [PATCH] core: shorter greeting", b"Subject: [PATCH] =?x-unknown?q?foo?=")
-    assert_explained(cli("--root", str(world2.root), "lint", "demo"), 2, patch.name, "Subject", "x-unknown", "TIP ")
+    assert_explained(
+        cli("--root", str(world2.root), "lint", "demo"), 2, patch.name, "Subject", "x-unknown", "TIP "
+    )
 
 
 def test_undecodable_encoded_word_in_from(world2: World, cli: Callable[..., object]) -> None:
@@ -86,8 +88,13 @@ def test_undecodable_encoded_word_in_from(world2: World, cli: Callable[..., obje
 
 @pytest.mark.parametrize(
     "header",
-    [b'diff --git "a/x b/x', b'diff --git "a/x\\" b/x', b'diff --git a/x "b/x', b'diff --git "a/\\9x" "b/\\9x"',
-     b'diff --git "a/\\777" "b/\\777"'],
+    [
+        b'diff --git "a/x b/x',
+        b'diff --git "a/x\\" b/x',
+        b'diff --git a/x "b/x',
+        b'diff --git "a/\\9x" "b/\\9x"',
+        b'diff --git "a/\\777" "b/\\777"',
+    ],
     ids=["open-quote", "escaped-close", "second-side", "bad-octal", "octal-overflow"],
 )
 def test_broken_quotes_in_a_diff_header(world2: World, cli: Callable[..., object], header: bytes) -> None:
@@ -142,22 +149,34 @@ def test_a_folder_where_a_cached_artifact_belongs(world: World, cli: Callable[..
 def test_out_is_a_file_or_below_one(world: World, cli: Callable[..., object], tmp_path: Path) -> None:
     afile = tmp_path / "wheels.txt"
     afile.write_text("not a folder\n")
-    assert_explained(cli("--root", str(world.root), "apply", "demo", "--out", str(afile)), 2, str(afile), "is a file",
-                     "TIP pass --out")
+    assert_explained(
+        cli("--root", str(world.root), "apply", "demo", "--out", str(afile)),
+        2,
+        str(afile),
+        "is a file",
+        "TIP pass --out",
+    )
     below = afile / "sub"
-    assert_explained(cli("--root", str(world.root), "apply", "demo", "--out", str(below)), 2, str(below),
-                     "cannot be created")
+    assert_explained(
+        cli("--root", str(world.root), "apply", "demo", "--out", str(below)),
+        2,
+        str(below),
+        "cannot be created",
+    )
     assert afile.read_text() == "not a folder\n"
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a read-only folder anyway"
+)
 def test_out_is_read_only(world: World, cli: Callable[..., object], tmp_path: Path) -> None:
     out = tmp_path / "ro"
     out.mkdir()
     out.chmod(0o555)
     try:
-        assert_explained(cli("--root", str(world.root), "apply", "demo", "--out", str(out)), 2, str(out),
-                         "not writable")
+        assert_explained(
+            cli("--root", str(world.root), "apply", "demo", "--out", str(out)), 2, str(out), "not writable"
+        )
     finally:
         out.chmod(0o755)
 
@@ -174,8 +193,9 @@ def run_in_deleted_cwd(tmp_path: Path, *argv: str) -> subprocess.CompletedProces
     gone = tmp_path / "gone"
     gone.mkdir()
     script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
-    return subprocess.run(["sh", "-c", script, "sh", str(gone), str(OVERLAY), *argv], capture_output=True,
-                          timeout=120)
+    return subprocess.run(
+        ["sh", "-c", script, "sh", str(gone), str(OVERLAY), *argv], capture_output=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("argv", [("list",), ("--root", "repo", "list")], ids=["no-root", "relative-root"])
@@ -203,13 +223,17 @@ def test_closed_pipe_exits_quietly(world: World, argv: tuple[str, ...]) -> None:
     finally:
         os.close(write_end)
     err = proc.stderr.decode()
-    assert proc.returncode in ((0, 141) if argv == ("--help",) else (141,)), err  # argparse drops a failed help write
+    assert proc.returncode in ((0, 141) if argv == ("--help",) else (141,)), (
+        err
+    )  # argparse drops a failed help write
     assert err == "", err  # quiet: not even "Exception ignored" at interpreter exit
 
 
 def test_closed_pipe_after_the_first_line(world: World) -> None:
     """`overlay models list --json | head -1` for real: the reader takes one line and goes away."""
-    shell = f'"{OVERLAY}" --root "{world.root}" models list --json | head -1; echo "rc=${{PIPESTATUS[0]}}" >&2'
+    shell = (
+        f'"{OVERLAY}" --root "{world.root}" models list --json | head -1; echo "rc=${{PIPESTATUS[0]}}" >&2'
+    )
     proc = subprocess.run(["bash", "-c", shell], capture_output=True, timeout=120)
     err = proc.stderr.decode()
     assert proc.stdout.decode() == "{\n"
@@ -223,12 +247,21 @@ def wheel_dates(wheel: Path) -> set[tuple[int, ...]]:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("-86400", (1980, 1, 1, 0, 0, 0)), ("99999999999", (2107, 12, 31, 23, 59, 58)),
-     ("9" * 5000, (2107, 12, 31, 23, 59, 58)), ("-" + "9" * 40, (1980, 1, 1, 0, 0, 0)), ("", (1980, 1, 1, 0, 0, 0))],
+    [
+        ("-86400", (1980, 1, 1, 0, 0, 0)),
+        ("99999999999", (2107, 12, 31, 23, 59, 58)),
+        ("9" * 5000, (2107, 12, 31, 23, 59, 58)),
+        ("-" + "9" * 40, (1980, 1, 1, 0, 0, 0)),
+        ("", (1980, 1, 1, 0, 0, 0)),
+    ],
     ids=["negative", "after-2107", "5000-digits", "very-negative", "empty"],
 )
 def test_source_date_epoch_is_clamped_to_the_zip_range(
-    world2: World, cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch, value: str, expected: tuple[int, ...]
+    world2: World,
+    cli: Callable[..., object],
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    expected: tuple[int, ...],
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
     r = cli("--root", str(world2.root), "-q", "apply", "demo")
@@ -241,8 +274,12 @@ def test_source_date_epoch_that_is_not_a_number_is_refused(
     world2: World, cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
-    assert_explained(cli("--root", str(world2.root), "apply", "demo"), 2, f"SOURCE_DATE_EPOCH={value!r}", "TIP ")
-    assert not (world2.root / "build" / "wheels").exists() or not any((world2.root / "build" / "wheels").rglob("*.whl"))
+    assert_explained(
+        cli("--root", str(world2.root), "apply", "demo"), 2, f"SOURCE_DATE_EPOCH={value!r}", "TIP "
+    )
+    assert not (world2.root / "build" / "wheels").exists() or not any(
+        (world2.root / "build" / "wheels").rglob("*.whl")
+    )
 
 
 # ---------------------------------------------------------------- releases and urls
@@ -261,12 +298,15 @@ def local_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
     return use
 
 
-def test_rebase_to_a_release_that_does_not_exist(tmp_path: Path, cli: Callable[..., object],
-                                                 local_index: Callable[[Path], None]) -> None:
+def test_rebase_to_a_release_that_does_not_exist(
+    tmp_path: Path, cli: Callable[..., object], local_index: Callable[[Path], None]
+) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean"])
     manifest = world.root / "overlays" / "demo.toml"
-    manifest.write_text("".join(line for line in manifest.read_text().splitlines(True) if not line.startswith("url =")))
+    manifest.write_text(
+        "".join(line for line in manifest.read_text().splitlines(True) if not line.startswith("url ="))
+    )
     local_index(world.wheel.parent)
     r = cli("--root", str(world.root), "rebase", "demo", "--to", "9.9.9")
     assert_explained(r, 2, "demo-engine 9.9.9", "versions it offers: 1.2.0", "--to")
@@ -275,14 +315,17 @@ def test_rebase_to_a_release_that_does_not_exist(tmp_path: Path, cli: Callable[.
     assert_explained(r, 2, "'not-a-version' is not a PEP 440 version")
 
 
-def test_a_pin_the_index_does_not_have(world: World, cli: Callable[..., object], tmp_path: Path,
-                                       local_index: Callable[[Path], None]) -> None:
+def test_a_pin_the_index_does_not_have(
+    world: World, cli: Callable[..., object], tmp_path: Path, local_index: Callable[[Path], None]
+) -> None:
     empty = tmp_path / "empty-index"
     empty.mkdir()
     text = "".join(line for line in world.manifest_text().splitlines(True) if not line.startswith("url ="))
     (world.root / "overlays" / "demo.toml").write_text(text)
     local_index(empty)
-    assert_explained(cli("--root", str(world.root), "fetch", "demo"), 2, "demo-engine==1.2.0", "versions it offers: none")
+    assert_explained(
+        cli("--root", str(world.root), "fetch", "demo"), 2, "demo-engine==1.2.0", "versions it offers: none"
+    )
 
 
 @pytest.fixture
@@ -323,15 +366,21 @@ def bogus_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bytes], 
 
 @pytest.mark.parametrize(
     ("answer", "needle"),
-    [(b"SSH-2.0-OpenSSH_9.6\r\n", "the answer is not HTTP"), (b"HTTP/1.0 404 Not Found\r\n\r\n", "404"),
-     (b"", "the answer is not HTTP")],
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "the answer is not HTTP"),
+        (b"HTTP/1.0 404 Not Found\r\n\r\n", "404"),
+        (b"", "the answer is not HTTP"),
+    ],
     ids=["ssh-banner", "http-404", "closed-at-once"],
 )
-def test_a_url_whose_answer_is_no_release(world: World, cli: Callable[..., object],
-                                          bogus_server: Callable[[bytes], str], answer: bytes, needle: str) -> None:
+def test_a_url_whose_answer_is_no_release(
+    world: World, cli: Callable[..., object], bogus_server: Callable[[bytes], str], answer: bytes, needle: str
+) -> None:
     url = bogus_server(answer)
     world.write_manifest(url=url)
-    assert_explained(cli("--root", str(world.root), "fetch", "demo"), 2, url, needle, "TIP check the artifact's `url`")
+    assert_explained(
+        cli("--root", str(world.root), "fetch", "demo"), 2, url, needle, "TIP check the artifact's `url`"
+    )
 
 
 def test_urls_that_name_no_file(world: World, cli: Callable[..., object], tmp_path: Path) -> None:
@@ -347,7 +396,9 @@ def test_urls_that_name_no_file(world: World, cli: Callable[..., object], tmp_pa
     }
     for url, needle in cases.items():
         world.write_manifest(url=url)
-        assert_explained(cli("--root", str(world.root), "fetch", "demo"), 2, needle, "TIP check the artifact's `url`")
+        assert_explained(
+            cli("--root", str(world.root), "fetch", "demo"), 2, needle, "TIP check the artifact's `url`"
+        )
 
 
 def test_rebase_url_that_is_a_folder(tmp_path: Path, cli: Callable[..., object]) -> None:
@@ -363,13 +414,17 @@ def test_the_cache_survives_a_bad_url(world: World, cli: Callable[..., object]) 
     """A sanity check that the refusals above are refusals of the url, not of the world: the real url fetches."""
     assert cli("--root", str(world.root), "fetch", "demo").code == 0  # type: ignore[attr-defined]
     cached = cached_path(world.root, load_engine(world.root, "demo").upstream.primary)
-    assert hashlib.sha256(cached.read_bytes()).hexdigest() == hashlib.sha256(world.wheel.read_bytes()).hexdigest()
+    assert (
+        hashlib.sha256(cached.read_bytes()).hexdigest()
+        == hashlib.sha256(world.wheel.read_bytes()).hexdigest()
+    )
     shutil.rmtree(cached.parent)
 
 
 @pytest.mark.parametrize("source", ["pypi", "git"])
-def test_source_date_epoch_is_checked_before_the_work(world2: World, cli: Callable[..., object],
-                                                      monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+def test_source_date_epoch_is_checked_before_the_work(
+    world2: World, cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
     """Refused before fetching or running `python -m build` (which would fail on it with exit 1)."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "tomorrow")
     r = cli("--root", str(world2.root), "apply", "demo", "--source", source)
@@ -377,9 +432,18 @@ def test_source_date_epoch_is_checked_before_the_work(world2: World, cli: Callab
     assert "fetch:" not in r.err and not (world2.root / "build" / "cache").exists()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("record", ['{"version": 1, "artifacts": {"wheel:py3-none-any": "x"}}', '{"artifacts": [1]}',
-                                    "\xff\xfe", '{"version": 1, "artifacts": {"wheel:py3-none-any": {"filename": 3}}}'])
-def test_a_corrupt_release_record_is_only_a_hint(tmp_path: Path, cli: Callable[..., object], record: str) -> None:
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"version": 1, "artifacts": {"wheel:py3-none-any": "x"}}',
+        '{"artifacts": [1]}',
+        "\xff\xfe",
+        '{"version": 1, "artifacts": {"wheel:py3-none-any": {"filename": 3}}}',
+    ],
+)
+def test_a_corrupt_release_record_is_only_a_hint(
+    tmp_path: Path, cli: Callable[..., object], record: str
+) -> None:
     world = make_rebase_world(tmp_path)
     add_patches(world, ["clean"])
     records = world.root / "build" / "cache" / "releases" / "demo-engine"

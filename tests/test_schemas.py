@@ -29,12 +29,19 @@ def test_shipped_schemas_are_generated_from_the_types() -> None:
 
 
 def test_a_schema_refuses_what_its_type_refuses() -> None:
-    journal = {"version": 1, "engine": "demo", "status": "publishing",
-               "targets": [{"path": "/x", "key": "0000-x", "backup": True, "remove": False}]}
+    journal = {
+        "version": 1,
+        "engine": "demo",
+        "status": "publishing",
+        "targets": [{"path": "/x", "key": "0000-x", "backup": True, "remove": False}],
+    }
     _valid("refresh-journal", journal)
-    for broken in ({**journal, "status": "done"}, {**journal, "extra": 1},
-                   {k: v for k, v in journal.items() if k != "targets"},
-                   {**journal, "targets": [{"path": "/x", "key": "k", "backup": "yes", "remove": False}]}):
+    for broken in (
+        {**journal, "status": "done"},
+        {**journal, "extra": 1},
+        {k: v for k, v in journal.items() if k != "targets"},
+        {**journal, "targets": [{"path": "/x", "key": "k", "backup": "yes", "remove": False}]},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             _valid("refresh-journal", broken)
 
@@ -45,7 +52,9 @@ def test_provenance_and_checkout_state(world2: World, cli: Cli, monkeypatch: pyt
     assert r.code == 0, r.err
     (wheel,) = (world2.root / "build" / "wheels" / "demo").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        _valid("provenance", json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("/overlay.json")))))
+        _valid(
+            "provenance", json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("/overlay.json"))))
+        )
     wt = Path(cli(*root, "-q", "checkout", "demo").out.strip())
     _valid("checkout-state", json.loads((wt / ".git" / "overlay-checkout.json").read_text()))
 
@@ -54,8 +63,9 @@ def test_provenance_and_checkout_state(world2: World, cli: Cli, monkeypatch: pyt
     seen: list[Any] = []
     from overlay.fsutil import publish_file as real
 
-
-    def capture(src: Path, dst: Path) -> None:  # the journal is on disk while the files are renamed into place
+    def capture(
+        src: Path, dst: Path
+    ) -> None:  # the journal is on disk while the files are renamed into place
         seen.append(json.loads((txn.refresh_txn_dir(world2.root, "demo") / txn.JOURNAL).read_text()))
         real(src, dst)
 

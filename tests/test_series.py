@@ -21,7 +21,7 @@ def test_parses_format_patch_headers_trailers_and_hunks(world2: World) -> None:
     assert fd.kind == "modify" and fd.old_path == fd.new_path == "python/demo_pkg/core.py"
     assert len(fd.old_blob or "") == 40  # --full-index
     (hunk,) = fd.hunks
-    assert hunk.old_start == 4 and hunk.section == "__version__ = \"1.2.0\""
+    assert hunk.old_start == 4 and hunk.section == '__version__ = "1.2.0"'
     assert [line.op for line in hunk.lines].count("-") == 1
     assert b'    prefix = "hi"\n' in hunk.new_lines
     assert second.paths == ("python/demo_pkg/util.py",)
@@ -37,7 +37,11 @@ def test_no_newline_at_end_of_file_and_new_and_deleted_files(world: World) -> No
     names = world.export_series()
     patch = parse_patch(world.series_dir / names[0])
     kinds = {fd.path: fd.kind for fd in patch.files}
-    assert kinds == {"README.md": "delete", "python/demo_pkg/extra.py": "add", "python/demo_pkg/util.py": "modify"}
+    assert kinds == {
+        "README.md": "delete",
+        "python/demo_pkg/extra.py": "add",
+        "python/demo_pkg/util.py": "modify",
+    }
     util = next(fd for fd in patch.files if fd.path.endswith("util.py"))
     assert util.hunks[0].new_lines[-1] == b"    return 2 * x"  # no newline kept
 
@@ -45,14 +49,26 @@ def test_no_newline_at_end_of_file_and_new_and_deleted_files(world: World) -> No
 @pytest.mark.parametrize(
     ("mutate", "error", "message"),
     [
-        (lambda t: t.replace(b"@@ -4,7 +4,7 @@", b"@@ -4,9 +4,9 @@"), ConfigError, r"hunk says -9 \+9 lines but has"),
+        (
+            lambda t: t.replace(b"@@ -4,7 +4,7 @@", b"@@ -4,9 +4,9 @@"),
+            ConfigError,
+            r"hunk says -9 \+9 lines but has",
+        ),
         (lambda t: t.split(b"@@ -4")[0] + b"@@ -4,7 +4,7 @@\n def x():\n", ConfigError, r"truncated patch"),
-        (lambda t: t.replace(b"a/python/demo_pkg/core.py", b"a/../escape.py"), IntegrityError, r"contains '\.\.'"),
+        (
+            lambda t: t.replace(b"a/python/demo_pkg/core.py", b"a/../escape.py"),
+            IntegrityError,
+            r"contains '\.\.'",
+        ),
         (lambda t: t.replace(b"b/python/demo_pkg/core.py", b"b//etc/passwd"), IntegrityError, r"absolute"),
         (lambda t: t.replace(b"index ", b"new mode 120000\nindex ", 1), IntegrityError, r"is a symlink"),
         (lambda t: t.replace(b"From 0000", b"Frim 0000"), ConfigError, r"not a git format-patch file"),
         (lambda t: t.replace(b"\n@@ -4,7", b"\n@@ -x,7"), ConfigError, r"malformed hunk header"),
-        (lambda t: t.replace(b"a/python/demo_pkg/core.py b/", b"a/.git/config b/", 1), IntegrityError, r"\.git"),
+        (
+            lambda t: t.replace(b"a/python/demo_pkg/core.py b/", b"a/.git/config b/", 1),
+            IntegrityError,
+            r"\.git",
+        ),
     ],
 )
 def test_malformed_or_unsafe_patches_are_refused(
@@ -99,7 +115,8 @@ def test_trailer_validation(world2: World) -> None:
     path = sorted(world2.series_dir.glob("0001-*.patch"))[0]
     raw = path.read_bytes()
     bad = raw.replace(b"Overlay-Numerics: exact", b"Overlay-Numerics: close").replace(
-        b"Upstream-Status: Pending", b"Upstream-Status: Submitted")
+        b"Upstream-Status: Pending", b"Upstream-Status: Submitted"
+    )
     problems = check_trailers(parse_patch_bytes(bad, name=path.name))
     assert any("Overlay-Numerics 'close'" in p for p in problems)
     assert any("Submitted needs a URL" in p for p in problems)

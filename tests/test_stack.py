@@ -28,7 +28,10 @@ def test_checkout_makes_base_plus_one_commit_per_patch(world2: World, cli: Cli) 
     assert log == ["base: demo 1.2.0", "core: shorter greeting", "util: double by addition"]
     body = wt_git(wt, "log", "-1", "--format=%B", "HEAD~1")
     assert "Overlay-Numerics: exact" in body and "Upstream-Status: Pending" in body
-    assert wt_git(wt, "log", "-1", "--format=%an <%ae> %aI", "HEAD") == "Test Author <author@example.com> 2026-01-02T03:04:05+00:00"
+    assert (
+        wt_git(wt, "log", "-1", "--format=%an <%ae> %aI", "HEAD")
+        == "Test Author <author@example.com> 2026-01-02T03:04:05+00:00"
+    )
     assert (wt / "python/demo_pkg/core.py").read_text().count('prefix = "hi"') == 1
     # the base commit is reproducible
     other = checkout(root=world2.root, engine="demo", worktree=world2.root / "build" / "wt2")
@@ -74,7 +77,12 @@ def test_edit_reorder_and_new_commit(world2: World, cli: Cli) -> None:
     assert "0003-util-add-triple.patch: missing trailer Overlay-Theme:" in lint.err
     assert "TIP add the four trailers" in lint.err
     # reorder: the two later commits swap; both files are renumbered, the series follows
-    subprocess.run(["git", "rebase", "-q", "-i", "overlay/base"], cwd=wt, env={**env, "GIT_SEQUENCE_EDITOR": "sed -i '2{h;d};3{G}'"}, check=True)
+    subprocess.run(
+        ["git", "rebase", "-q", "-i", "overlay/base"],
+        cwd=wt,
+        env={**env, "GIT_SEQUENCE_EDITOR": "sed -i '2{h;d};3{G}'"},
+        check=True,
+    )
     assert cli("--root", str(world2.root), "-q", "refresh", "demo").code == 0
     series = (world2.series_dir / "series").read_text().splitlines()[1:]
     assert series == [names[0], "0002-util-add-triple.patch", "0003-util-double-by-addition.patch"]

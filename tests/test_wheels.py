@@ -14,7 +14,9 @@ FILES = {"demo_pkg/__init__.py": b"X = 1\n", "demo_pkg/native.so": bytes(range(2
 
 
 def test_roundtrip_regenerates_record_and_is_reproducible(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path / "demo_engine-1.2.0-py3-none-any.whl", FILES, executable=frozenset({"demo_pkg/native.so"}))
+    wheel = make_wheel(
+        tmp_path / "demo_engine-1.2.0-py3-none-any.whl", FILES, executable=frozenset({"demo_pkg/native.so"})
+    )
     contents = set_version(read_wheel(wheel), "1.2.0+ovl.0.gdeadbeef")
     a = write_wheel(contents, tmp_path / "a")
     b = write_wheel(set_version(read_wheel(wheel), "1.2.0+ovl.0.gdeadbeef"), tmp_path / "b")
@@ -61,7 +63,9 @@ def test_unsafe_members_are_refused(tmp_path: Path, member: zipfile.ZipInfo, mes
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zipfile warns about the duplicate name
-        wheel = make_wheel(tmp_path / "demo_engine-1.2.0-py3-none-any.whl", FILES, extra_members=[(member, b"x")])
+        wheel = make_wheel(
+            tmp_path / "demo_engine-1.2.0-py3-none-any.whl", FILES, extra_members=[(member, b"x")]
+        )
     with pytest.raises(IntegrityError, match=message):
         read_wheel(wheel)
 

@@ -42,8 +42,10 @@ def ensure_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
         blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
-        raise ConfigError(f"cannot create the folder {path}: {blocker} is not a folder ({exc.strerror})",
-                          tip=f"move {blocker} away, or point the tool elsewhere (--out, --root)") from None
+        raise ConfigError(
+            f"cannot create the folder {path}: {blocker} is not a folder ({exc.strerror})",
+            tip=f"move {blocker} away, or point the tool elsewhere (--out, --root)",
+        ) from None
     return path
 
 
@@ -173,7 +175,9 @@ def safe_relpath(name: str, *, what: str) -> PurePosixPath:
     if not name or "\x00" in name:
         raise IntegrityError(f"{what} {name!r} is empty or contains NUL; refusing it")
     if "\\" in name:
-        raise IntegrityError(f"{what} {name!r} contains a backslash; refusing a path that may escape the tree")
+        raise IntegrityError(
+            f"{what} {name!r} contains a backslash; refusing a path that may escape the tree"
+        )
     if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
         raise IntegrityError(f"{what} {name!r} is absolute; only paths inside the tree are allowed")
     parts = name.split("/")
@@ -274,7 +278,11 @@ class LockHolder:
     started: float | None
 
     def describe(self) -> str:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started)) if self.started else "an unknown time"
+        since = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+            if self.started
+            else "an unknown time"
+        )
         pid = f"pid {self.pid}" if self.pid is not None else "an unknown process"
         return f"{pid} (`{self.command or '?'}`, since {since})"
 
@@ -282,14 +290,22 @@ class LockHolder:
 def read_lock_holder(path: Path) -> LockHolder:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return LockHolder(pid=int(data["pid"]), command=str(data.get("command", "")), started=float(data["started"]))
+        return LockHolder(
+            pid=int(data["pid"]), command=str(data.get("command", "")), started=float(data["started"])
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return LockHolder(pid=None, command="", started=None)
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, *, command: str, wait: float = 0.0, on_wait: Callable[[LockHolder], None] | None = None,
-                   poll: float = 0.1) -> Iterator[None]:
+def exclusive_lock(
+    path: Path,
+    *,
+    command: str,
+    wait: float = 0.0,
+    on_wait: Callable[[LockHolder], None] | None = None,
+    poll: float = 0.1,
+) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` for the ``with`` block, recording our pid, ``command`` and start time in it.
 
     Non-blocking first. When another process holds it: with ``wait == 0`` raise UsageError naming the holder; else call
@@ -320,7 +336,9 @@ def exclusive_lock(path: Path, *, command: str, wait: float = 0.0, on_wait: Call
                     on_wait(holder)
                     told = True
                 time.sleep(poll)
-        info = json.dumps({"version": 1, "pid": os.getpid(), "command": command, "started": time.time()}) + "\n"
+        info = (
+            json.dumps({"version": 1, "pid": os.getpid(), "command": command, "started": time.time()}) + "\n"
+        )
         os.ftruncate(fd, 0)
         os.pwrite(fd, info.encode("utf-8"), 0)
         try:
@@ -349,10 +367,15 @@ def read_json_state(path: Path, *, what: str, tip: str) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}); it is corrupt", tip=tip) from None
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start}); it is corrupt", tip=tip
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-                          "it is truncated or corrupt", tip=tip) from None
+        raise ConfigError(
+            f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "it is truncated or corrupt",
+            tip=tip,
+        ) from None
 
 
 def _pid_alive(pid: int) -> bool:

@@ -56,12 +56,20 @@ def run_step(
     start = time.monotonic()
     out: list[str] = []
     err: list[str] = []
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=None if env is None else dict(env), text=True,
-                            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        text=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, stage, live), daemon=True),
-             threading.Thread(target=_pump, args=(proc.stderr, err, stage, live), daemon=True)]
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, out, stage, live), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err, stage, live), daemon=True),
+    ]
     for t in pumps:
         t.start()
     try:

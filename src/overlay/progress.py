@@ -7,7 +7,21 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-Stage = Literal["fetch", "unpack", "apply", "build", "wheel", "lint", "git", "env", "rebase", "review", "check", "model", "lock"]
+Stage = Literal[
+    "fetch",
+    "unpack",
+    "apply",
+    "build",
+    "wheel",
+    "lint",
+    "git",
+    "env",
+    "rebase",
+    "review",
+    "check",
+    "model",
+    "lock",
+]
 
 
 class Reporter(Protocol):

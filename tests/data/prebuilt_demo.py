@@ -20,14 +20,16 @@ if cc is None:
 src = out.parent / "demo_native.c"
 value = (tree / "demo_pkg" / "util.py").read_text().count("x")  # depends on the patched tree
 src.write_text(
-    '#include <Python.h>\n'
-    f'static PyObject* answer(PyObject* s, PyObject* a) {{ return PyLong_FromLong({value}); }}\n'
+    "#include <Python.h>\n"
+    f"static PyObject* answer(PyObject* s, PyObject* a) {{ return PyLong_FromLong({value}); }}\n"
     'static PyMethodDef M[] = {{"answer", answer, METH_NOARGS, ""}, {0}};\n'
     'static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "demo_native", 0, -1, M};\n'
-    'PyMODINIT_FUNC PyInit_demo_native(void) { return PyModule_Create(&D); }\n'
+    "PyMODINIT_FUNC PyInit_demo_native(void) { return PyModule_Create(&D); }\n"
 )
 suffix = sysconfig.get_config_var("EXT_SUFFIX")
 target = out / f"demo_native{suffix}"
-subprocess.run([cc, "-shared", "-fPIC", "-O2", f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(target)],
-               check=True)
+subprocess.run(
+    [cc, "-shared", "-fPIC", "-O2", f"-I{sysconfig.get_paths()['include']}", str(src), "-o", str(target)],
+    check=True,
+)
 info.write_text(json.dumps({"compiler": cc, "ext_suffix": suffix}))

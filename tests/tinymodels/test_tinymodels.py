@@ -24,12 +24,21 @@ from overlay.errors import UsageError
 from tinymodels.tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 QWEN_MTP_NAMES = {
-    "mtp.fc.weight", "mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
-    "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.post_attention_layernorm.weight",
-    "mtp.layers.0.self_attn.q_proj.weight", "mtp.layers.0.self_attn.k_proj.weight",
-    "mtp.layers.0.self_attn.v_proj.weight", "mtp.layers.0.self_attn.o_proj.weight",
-    "mtp.layers.0.self_attn.q_norm.weight", "mtp.layers.0.self_attn.k_norm.weight",
-    "mtp.layers.0.mlp.gate_proj.weight", "mtp.layers.0.mlp.up_proj.weight", "mtp.layers.0.mlp.down_proj.weight",
+    "mtp.fc.weight",
+    "mtp.norm.weight",
+    "mtp.pre_fc_norm_embedding.weight",
+    "mtp.pre_fc_norm_hidden.weight",
+    "mtp.layers.0.input_layernorm.weight",
+    "mtp.layers.0.post_attention_layernorm.weight",
+    "mtp.layers.0.self_attn.q_proj.weight",
+    "mtp.layers.0.self_attn.k_proj.weight",
+    "mtp.layers.0.self_attn.v_proj.weight",
+    "mtp.layers.0.self_attn.o_proj.weight",
+    "mtp.layers.0.self_attn.q_norm.weight",
+    "mtp.layers.0.self_attn.k_norm.weight",
+    "mtp.layers.0.mlp.gate_proj.weight",
+    "mtp.layers.0.mlp.up_proj.weight",
+    "mtp.layers.0.mlp.down_proj.weight",
 }
 PROMPT = "count: one two three four five"
 
@@ -76,8 +85,9 @@ def test_cli_list_and_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 # ----------------------------------------------------------------------------------------------- random kinds
 
 
-def test_random_kinds_are_byte_deterministic(random_models: dict[str, Path],
-                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_random_kinds_are_byte_deterministic(
+    random_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     other_root = tmp_path_factory.mktemp("models-b")
     for kind, first in random_models.items():
         second = build(kind, root=other_root)
@@ -100,8 +110,15 @@ def test_cached_build_is_reused(random_models: dict[str, Path]) -> None:
 
 def test_random_kind_files_and_mtp_tensors(random_models: dict[str, Path]) -> None:
     for kind, path in random_models.items():
-        names = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json", MANIFEST, TIMINGS}
+        names = {
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            MANIFEST,
+            TIMINGS,
+        }
         assert {p.name for p in path.iterdir()} == names, kind
         tensors = load_tensors(path / "model.safetensors")
         assert all(t.dtype == np.float32 and np.isfinite(t).all() for t in tensors.values()), kind
@@ -120,9 +137,18 @@ def test_random_kind_files_and_mtp_tensors(random_models: dict[str, Path]) -> No
     n = ds_config["num_hidden_layers"]
     assert ds_config["num_nextn_predict_layers"] == 1
     ds = load_tensors(random_models["deepseek_v3-random"] / "model.safetensors")
-    for suffix in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight",
-                   "shared_head.head.weight", "embed_tokens.weight", "self_attn.kv_b_proj.weight",
-                   "mlp.experts.0.gate_proj.weight", "mlp.shared_experts.down_proj.weight", "input_layernorm.weight"):
+    for suffix in (
+        "enorm.weight",
+        "hnorm.weight",
+        "eh_proj.weight",
+        "shared_head.norm.weight",
+        "shared_head.head.weight",
+        "embed_tokens.weight",
+        "self_attn.kv_b_proj.weight",
+        "mlp.experts.0.gate_proj.weight",
+        "mlp.shared_experts.down_proj.weight",
+        "input_layernorm.weight",
+    ):
         assert f"model.layers.{n}.{suffix}" in ds, suffix
     assert ds[f"model.layers.{n}.eh_proj.weight"].shape == (64, 128)
     assert not any(k.startswith(f"model.layers.{n + 1}.") for k in ds)
@@ -156,7 +182,9 @@ def test_tokenizer_round_trips_the_prompt_set(random_models: dict[str, Path]) ->
         ids = tokenizer.encode(text).ids
         assert ids[0] == BOS_ID and BOS_ID not in ids[1:]
         assert tokenizer.decode(ids) == text
-    compression = sum(len(t) for t in documents(50)) / sum(len(tokenizer.encode(t).ids) for t in documents(50))
+    compression = sum(len(t) for t in documents(50)) / sum(
+        len(tokenizer.encode(t).ids) for t in documents(50)
+    )
     assert compression > 2.0  # merges were learned (bytes alone would give ~1)
 
 
@@ -165,8 +193,15 @@ def test_tokenizer_round_trips_the_prompt_set(random_models: dict[str, Path]) ->
 
 def test_random_kinds_load_in_stock_mlx_lm(random_models: dict[str, Path], mlx_python: Interpreter) -> None:
     texts = [p for _, p in all_prompts()]
-    result = mlx_python.probe("mlx_load.py", {"models": [str(p) for p in random_models.values()],
-                                              "prompt": PROMPT, "generate": 6, "roundtrip": texts})
+    result = mlx_python.probe(
+        "mlx_load.py",
+        {
+            "models": [str(p) for p in random_models.values()],
+            "prompt": PROMPT,
+            "generate": 6,
+            "roundtrip": texts,
+        },
+    )
     for kind, path in random_models.items():
         r = result[str(path)]
         assert r["finite"], kind
@@ -183,8 +218,9 @@ def test_random_kinds_load_in_stock_mlx_lm(random_models: dict[str, Path], mlx_p
     assert len(result[str(random_models["qwen3_5-random"])]["param_names"]) == 56
 
 
-def test_llama_kinds_load_in_transformers_like_mlx(random_models: dict[str, Path], mlx_python: Interpreter,
-                                                  hf_python: Interpreter) -> None:
+def test_llama_kinds_load_in_transformers_like_mlx(
+    random_models: dict[str, Path], mlx_python: Interpreter, hf_python: Interpreter
+) -> None:
     paths = [str(random_models["llama-random"]), str(random_models["llama-draft-random"])]
     hf = hf_python.probe("hf_load.py", {"models": paths, "prompt": PROMPT})
     mlx = mlx_python.probe("mlx_load.py", {"models": paths, "prompt": PROMPT, "generate": 1})
@@ -196,17 +232,23 @@ def test_llama_kinds_load_in_transformers_like_mlx(random_models: dict[str, Path
         assert diff < 1e-3, (path, diff)  # same conventions (RoPE, norms, tying) in both engines
 
 
-def test_dead_layers_keep_logits_bit_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               mlx_python: Interpreter) -> None:
+def test_dead_layers_keep_logits_bit_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlx_python: Interpreter
+) -> None:
     """The heavy mechanism on random bases (the shipped heavy kinds derive from trained ones)."""
-    monkeypatch.setitem(recipes_module._KINDS, "test-llama-heavy",
-                        HeavyRecipe("test", base="llama-random", extra_layers=3))
-    monkeypatch.setitem(recipes_module._KINDS, "test-qwen-heavy",
-                        HeavyRecipe("test", base="qwen3_5-random", extra_layers=4))
-    pairs = [(build("llama-random", root=tmp_path), build("test-llama-heavy", root=tmp_path)),
-             (build("qwen3_5-random", root=tmp_path), build("test-qwen-heavy", root=tmp_path))]
-    result = mlx_python.probe("mlx_load.py", {"models": [str(p) for pair in pairs for p in pair],
-                                              "prompt": PROMPT, "generate": 12})
+    monkeypatch.setitem(
+        recipes_module._KINDS, "test-llama-heavy", HeavyRecipe("test", base="llama-random", extra_layers=3)
+    )
+    monkeypatch.setitem(
+        recipes_module._KINDS, "test-qwen-heavy", HeavyRecipe("test", base="qwen3_5-random", extra_layers=4)
+    )
+    pairs = [
+        (build("llama-random", root=tmp_path), build("test-llama-heavy", root=tmp_path)),
+        (build("qwen3_5-random", root=tmp_path), build("test-qwen-heavy", root=tmp_path)),
+    ]
+    result = mlx_python.probe(
+        "mlx_load.py", {"models": [str(p) for pair in pairs for p in pair], "prompt": PROMPT, "generate": 12}
+    )
     for base, heavy in pairs:
         assert result[str(heavy)]["last_logits"] == result[str(base)]["last_logits"]
         assert result[str(heavy)]["greedy"] == result[str(base)]["greedy"]
@@ -226,7 +268,9 @@ def test_trained_kind_without_mlx_is_a_clear_error(tmp_path: Path) -> None:
         build("llama-draft", root=tmp_path, python=tmp_path / "nope")
     assert info.value.tip and "--python" in info.value.tip
     if importlib.util.find_spec("mlx") is None:  # the overlay venv: no mlx, and no python= given
-        with pytest.raises(UsageError, match="llama-heavy derives from llama-target: .* cannot import mlx and mlx_lm"):
+        with pytest.raises(
+            UsageError, match="llama-heavy derives from llama-target: .* cannot import mlx and mlx_lm"
+        ):
             build("llama-heavy", root=tmp_path)
         with pytest.raises(UsageError, match=f"{sys.executable} cannot import mlx and mlx_lm"):
             build("llama-draft", root=tmp_path, python=Path(sys.executable))
@@ -243,23 +287,48 @@ def test_llama_draft_trains(tmp_path: Path, mlx_python: Interpreter) -> None:
     assert losses[0] > 5.0 and losses[-1] < losses[0] / 4, losses
     assert all(math.isfinite(x) for x in losses)
     assert manifest["trained_with"]["mlx_lm"] == "0.32.2"
-    result = mlx_python.probe("mlx_load.py", {"models": [str(path)], "prompt": "CREATE TABLE products (id",
-                                              "generate": 12})[str(path)]
+    result = mlx_python.probe(
+        "mlx_load.py", {"models": [str(path)], "prompt": "CREATE TABLE products (id", "generate": 12}
+    )[str(path)]
     assert result["decoded"].startswith(" INTEGER, name TEXT, price"), result["decoded"]
 
 
-def test_training_task_reports_falling_loss(tmp_path: Path, random_models: dict[str, Path],
-                                            mlx_python: Interpreter) -> None:
+def test_training_task_reports_falling_loss(
+    tmp_path: Path, random_models: dict[str, Path], mlx_python: Interpreter
+) -> None:
     """The qwen3_5 training path (gated-delta layers through stock classes), a few steps only."""
     model = random_models["qwen3_5-random"]
     data = tmp_path / "tokens.npy"
-    np.save(data, builder_module.training_tokens(recipes_module.TrainSpec(steps=1, batch_size=1, seq_len=8,
-                                                                         learning_rate=0.0, corpus_docs=200)))
-    spec = {"steps": 12, "batch_size": 4, "seq_len": 16, "learning_rate": 3e-3, "warmup_steps": 2,
-            "min_lr_ratio": 0.1, "weight_decay": 0.0, "grad_clip": 1.0, "corpus_docs": 200, "passes": 1}
-    result = run_mlx_script(mlx_python.python, {"task": "train_lm", "model": str(model), "data": str(data),
-                                                "spec": spec, "seed": 0, "out": str(tmp_path / "out.safetensors")},
-                            "qwen3_5 smoke training")
+    np.save(
+        data,
+        builder_module.training_tokens(
+            recipes_module.TrainSpec(steps=1, batch_size=1, seq_len=8, learning_rate=0.0, corpus_docs=200)
+        ),
+    )
+    spec = {
+        "steps": 12,
+        "batch_size": 4,
+        "seq_len": 16,
+        "learning_rate": 3e-3,
+        "warmup_steps": 2,
+        "min_lr_ratio": 0.1,
+        "weight_decay": 0.0,
+        "grad_clip": 1.0,
+        "corpus_docs": 200,
+        "passes": 1,
+    }
+    result = run_mlx_script(
+        mlx_python.python,
+        {
+            "task": "train_lm",
+            "model": str(model),
+            "data": str(data),
+            "spec": spec,
+            "seed": 0,
+            "out": str(tmp_path / "out.safetensors"),
+        },
+        "qwen3_5 smoke training",
+    )
     assert result["losses"][-1] < result["losses"][0], result["losses"]
     trained = load_tensors(tmp_path / "out.safetensors")
     assert "language_model.model.layers.0.linear_attn.A_log" in trained
@@ -279,8 +348,11 @@ def test_qwen3_5_mtp_head_is_accepted(mlx_python: Interpreter) -> None:
     path = build("qwen3_5-mtp", root=REPO, python=mlx_python.python)
     tokenizer = train_tokenizer()
     prompts = [tokenizer.encode(PROMPTS[c][0]).ids for c in CATEGORIES]
-    result = run_mlx_script(mlx_python.python, {"task": "measure_mtp", "model": str(path), "prompts": prompts,
-                                                "max_tokens": 24, "k": [1, 3]}, "MTP acceptance")
+    result = run_mlx_script(
+        mlx_python.python,
+        {"task": "measure_mtp", "model": str(path), "prompts": prompts, "max_tokens": 24, "k": [1, 3]},
+        "MTP acceptance",
+    )
     for k in ("1", "3"):
         assert result["k"][k]["identical_to_serial"] == len(prompts)
     assert result["k"]["1"]["acceptance_rate"] > 0.4, result

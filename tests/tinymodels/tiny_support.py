@@ -22,7 +22,14 @@ class Interpreter:
     env: Mapping[str, str]
 
     def probe(self, script: str, payload: Any, timeout: float = 900) -> Any:
-        proc = subprocess.run([str(self.python), str(PROBES / script)], input=json.dumps(payload), check=False,
-                              capture_output=True, text=True, env=dict(self.env), timeout=timeout)
+        proc = subprocess.run(
+            [str(self.python), str(PROBES / script)],
+            input=json.dumps(payload),
+            check=False,
+            capture_output=True,
+            text=True,
+            env=dict(self.env),
+            timeout=timeout,
+        )
         assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-4000:]}"
         return json.loads(proc.stdout.strip().splitlines()[-1])

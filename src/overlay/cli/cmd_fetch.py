@@ -13,10 +13,16 @@ EXAMPLE = "overlay fetch mlx-lm"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("fetch", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "fetch",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
-    p.add_argument("--offline", action="store_true", help="use the cache only; fail if an artifact is missing")
+    p.add_argument(
+        "--offline", action="store_true", help="use the cache only; fail if an artifact is missing"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
 
@@ -29,9 +35,16 @@ def execute(args: argparse.Namespace) -> int:
     manifest = load_engine(root, args.engine)
     paths = fetch_all(root, manifest, offline=args.offline, reporter=reporter_for(args))
     if args.json:
-        emit_json({"version": 1, "engine": manifest.name, "artifacts": [
-            {"filename": a.filename, "sha256": a.sha256, "path": str(p)}
-            for a, p in zip(manifest.upstream.artifacts, paths)]})
+        emit_json(
+            {
+                "version": 1,
+                "engine": manifest.name,
+                "artifacts": [
+                    {"filename": a.filename, "sha256": a.sha256, "path": str(p)}
+                    for a, p in zip(manifest.upstream.artifacts, paths)
+                ],
+            }
+        )
     else:
         for p in paths:
             print(p)

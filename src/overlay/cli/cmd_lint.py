@@ -13,12 +13,19 @@ EXAMPLE = "overlay lint mlx-lm"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("lint", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "lint",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", nargs="?", help="engine name (default: all engines)")
-    p.add_argument("--against", metavar="VERSION",
-                   help="also check that every patch still lands, offsets at most, in the same function/class on "
-                        "release VERSION (the hunk-location check)")
+    p.add_argument(
+        "--against",
+        metavar="VERSION",
+        help="also check that every patch still lands, offsets at most, in the same function/class on "
+        "release VERSION (the hunk-location check)",
+    )
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
@@ -38,10 +45,24 @@ def execute(args: argparse.Namespace) -> int:
     if getattr(args, "against", None):
         reports = [_with_locations(root, r, args.against, args.offline, reporter_for(args)) for r in reports]
     if args.json:
-        emit_json({"version": 1, "engines": [
-            {"engine": r.engine, "patches": r.patches, "ok": r.ok, "warnings": list(r.warnings),
-             "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message, "tip": p.tip} for p in r.problems]}
-            for r in reports]})
+        emit_json(
+            {
+                "version": 1,
+                "engines": [
+                    {
+                        "engine": r.engine,
+                        "patches": r.patches,
+                        "ok": r.ok,
+                        "warnings": list(r.warnings),
+                        "problems": [
+                            {"patch": p.patch, "kind": p.kind, "message": p.message, "tip": p.tip}
+                            for p in r.problems
+                        ],
+                    }
+                    for r in reports
+                ],
+            }
+        )
     else:
         for r in reports:
             for w in r.warnings:
@@ -73,6 +94,7 @@ def _with_locations(root: Any, report: Any, version: str, offline: bool, reporte
     if not report.ok:
         return report
     manifest = load_engine(root, report.engine)
-    found = location_problems(root, manifest, load_engine_series(root, manifest), version, offline=offline,
-                              reporter=reporter)
+    found = location_problems(
+        root, manifest, load_engine_series(root, manifest), version, offline=offline, reporter=reporter
+    )
     return dataclasses.replace(report, problems=report.problems + tuple(found))

@@ -18,8 +18,12 @@ EXAMPLE = "overlay list --json"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("list", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "list",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
 
@@ -30,9 +34,16 @@ def _last_build(path: Path, engine: str) -> dict[str, Any] | None:
         return None
     tip = f"`overlay apply {engine}` writes it again (or delete {path})"
     data = read_json_state(path, what="build state", tip=tip)
-    if not isinstance(data, dict) or not isinstance(data.get("wheel"), str) or not isinstance(data.get("wheel_version"), str):
-        raise ConfigError(f"build state {path} has the wrong shape: expected an object with 'wheel' and "
-                          f"'wheel_version' strings", tip=tip)
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("wheel"), str)
+        or not isinstance(data.get("wheel_version"), str)
+    ):
+        raise ConfigError(
+            f"build state {path} has the wrong shape: expected an object with 'wheel' and "
+            f"'wheel_version' strings",
+            tip=tip,
+        )
     return data
 
 
@@ -50,14 +61,18 @@ def execute(args: argparse.Namespace) -> int:
         except OverlayError as exc:
             patches = f"error: {exc.message}"
         last = _last_build(layout(root).state / f"{name}.json", name)
-        rows.append({
-            "engine": name,
-            "distribution": manifest.distribution,
-            "upstream": manifest.upstream.version,
-            "commit": manifest.upstream.commit,
-            "patches": patches,
-            "last_build": None if last is None else {"wheel": last["wheel"], "version": last["wheel_version"]},
-        })
+        rows.append(
+            {
+                "engine": name,
+                "distribution": manifest.distribution,
+                "upstream": manifest.upstream.version,
+                "commit": manifest.upstream.commit,
+                "patches": patches,
+                "last_build": None
+                if last is None
+                else {"wheel": last["wheel"], "version": last["wheel_version"]},
+            }
+        )
     if args.json:
         emit_json({"version": 1, "engines": rows})
         return 0

@@ -16,14 +16,21 @@ EXAMPLE = "overlay models build llama-target"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("models", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "models",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     b = msub.add_parser("build", help="build a kind (or find it in the cache) and print its folder")
     b.add_argument("kind", help="a kind from `overlay models list`")
     b.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed (default 0)")
-    b.add_argument("--python", help="interpreter with mlx and mlx-lm for trained kinds; 'stock' (default when this "
-                                    "Python lacks mlx) = the stock mlx-lm arm's venv")
+    b.add_argument(
+        "--python",
+        help="interpreter with mlx and mlx-lm for trained kinds; 'stock' (default when this "
+        "Python lacks mlx) = the stock mlx-lm arm's venv",
+    )
     ls = msub.add_parser("list", help="list the kinds and whether they are built")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
@@ -71,9 +78,16 @@ def _list(*, root: Path, as_json: bool) -> int:
     from overlay.check.models.builder import is_built, model_dir
     from overlay.check.models.recipes import KINDS, is_trained
 
-    rows = [{"kind": kind, "trained": is_trained(kind), "description": recipe.description,
-             "dir": str(model_dir(kind, root=root)), "built": is_built(kind, root=root)}
-            for kind, recipe in KINDS.items()]
+    rows = [
+        {
+            "kind": kind,
+            "trained": is_trained(kind),
+            "description": recipe.description,
+            "dir": str(model_dir(kind, root=root)),
+            "built": is_built(kind, root=root),
+        }
+        for kind, recipe in KINDS.items()
+    ]
     if as_json:
         print(json.dumps({"version": 1, "kinds": rows}, indent=2))
         return 0

@@ -8,23 +8,43 @@ from typing import Any
 from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
-HELP = ("record the git commit the pinned release was built from, after checking that its tree holds the wheel's "
-        "Python files (exit 5 naming every file that differs)")
+HELP = (
+    "record the git commit the pinned release was built from, after checking that its tree holds the wheel's "
+    "Python files (exit 5 naming every file that differs)"
+)
 EXAMPLE = "overlay pin sglang --commit 0123456789abcdef0123456789abcdef01234567 --dry-run"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("pin", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "pin",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
-    p.add_argument("--commit", required=True, metavar="SHA",
-                   help="the full 40-hex commit; recorded as upstream.commit and on the series' `# base:` line")
-    p.add_argument("--git", metavar="URL",
-                   help="the repository to fetch it from (URL or path), recorded as upstream.git "
-                        "(default: the manifest's upstream.git, left as it is)")
-    p.add_argument("--dry-run", action="store_true", help="check and show the new manifest and series; write nothing")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
+    p.add_argument(
+        "--commit",
+        required=True,
+        metavar="SHA",
+        help="the full 40-hex commit; recorded as upstream.commit and on the series' `# base:` line",
+    )
+    p.add_argument(
+        "--git",
+        metavar="URL",
+        help="the repository to fetch it from (URL or path), recorded as upstream.git "
+        "(default: the manifest's upstream.git, left as it is)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="check and show the new manifest and series; write nothing"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(execute=execute)
 
@@ -33,21 +53,39 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.upstream.pin import pin_commit
 
     root = resolve_root(args)
-    res = pin_commit(root=root, engine=args.engine, commit=args.commit, git=args.git, dry_run=args.dry_run,
-                     wait=args.wait, reporter=reporter_for(args))
+    res = pin_commit(
+        root=root,
+        engine=args.engine,
+        commit=args.commit,
+        git=args.git,
+        dry_run=args.dry_run,
+        wait=args.wait,
+        reporter=reporter_for(args),
+    )
     written = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in res.written]
     if args.json:
-        emit_json({
-            "version": 1, "engine": res.engine, "upstream": res.version, "commit": res.commit, "git": res.git,
-            "artifact": res.artifact, "python_files": res.python_files, "other_files": res.other_files,
-            "other_differences": [{"path": d.path, "kind": d.kind} for d in res.other_differences],
-            "dry_run": res.dry_run, "written": written,
-        })
+        emit_json(
+            {
+                "version": 1,
+                "engine": res.engine,
+                "upstream": res.version,
+                "commit": res.commit,
+                "git": res.git,
+                "artifact": res.artifact,
+                "python_files": res.python_files,
+                "other_files": res.other_files,
+                "other_differences": [{"path": d.path, "kind": d.kind} for d in res.other_differences],
+                "dry_run": res.dry_run,
+                "written": written,
+            }
+        )
         return 0
     for d in res.other_differences:
         print(f"NOTE {d.describe()} (not Python: information only)")
     verb = "would write" if res.dry_run else "wrote"
-    print(f"{res.engine} {res.version}: commit {res.commit} holds the {res.python_files} Python files of {res.artifact}")
+    print(
+        f"{res.engine} {res.version}: commit {res.commit} holds the {res.python_files} Python files of {res.artifact}"
+    )
     if not written:
         print("already recorded; nothing to write")
     for name in written:

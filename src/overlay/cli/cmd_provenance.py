@@ -13,14 +13,25 @@ EXAMPLE = "overlay provenance build/wheels/mlx-lm/mlx_lm-0.32.2+ovl.1.g1234abcd-
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("provenance", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "provenance",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("target", help="a .whl file, or the name of an installed distribution")
-    p.add_argument("--path", action="append", metavar="DIR",
-                   help="look for the installed distribution in DIR (a site-packages folder) instead of sys.path")
-    p.add_argument("--verify", action="store_true",
-                   help="also check every patch named in overlay.json against patches/ENGINE/ in the overlay "
-                        "repository (--root)")
+    p.add_argument(
+        "--path",
+        action="append",
+        metavar="DIR",
+        help="look for the installed distribution in DIR (a site-packages folder) instead of sys.path",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every patch named in overlay.json against patches/ENGINE/ in the overlay "
+        "repository (--root)",
+    )
     p.add_argument("--json", action="store_true", help="print overlay.json as is")
     p.set_defaults(execute=execute)
 

@@ -9,35 +9,71 @@ from typing import Any
 from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
-HELP = ("move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict "
-        "or for review before publishing)")
+HELP = (
+    "move the series onto another upstream release, classifying every patch (exit 3 when it stops on a conflict "
+    "or for review before publishing)"
+)
 EXAMPLE = "overlay rebase mlx-lm --to 0.32.1"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("rebase", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "rebase",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
     action = p.add_mutually_exclusive_group()
     action.add_argument("--to", metavar="VERSION", help="the upstream release to move to")
-    action.add_argument("--continue", dest="cont", action="store_true",
-                        help="take the resolution of the stopped patch (the scratch repository's work tree) and go on")
-    action.add_argument("--skip", action="store_true", help="drop the stopped patch (recorded in DROPPED) and go on")
-    action.add_argument("--abort", action="store_true",
-                        help="give up: remove the rebase state; patches/, overlays/ and worktrees stay as they were")
-    action.add_argument("--publish", action="store_true",
-                        help="publish a rebase stopped for review (a merged patch, a warning, or a target older than the pin)")
-    action.add_argument("--undo", action="store_true",
-                        help="put the manifest, series and patches back as they were before the last publish, byte for byte")
-    p.add_argument("--url", help="with --to: a direct location (file:// or https://) of the new release's wheel "
-                                 "instead of the package index")
-    p.add_argument("--commit", help="with --to: the new release's 40-hex git commit, recorded in the manifest and series")
-    p.add_argument("--dry-run", action="store_true", help="with --to: classify every patch, write nothing, never stop")
-    p.add_argument("--force", action="store_true",
-                   help="with --to: rebase even when build/worktrees/ENGINE holds work refresh has not written back")
+    action.add_argument(
+        "--continue",
+        dest="cont",
+        action="store_true",
+        help="take the resolution of the stopped patch (the scratch repository's work tree) and go on",
+    )
+    action.add_argument(
+        "--skip", action="store_true", help="drop the stopped patch (recorded in DROPPED) and go on"
+    )
+    action.add_argument(
+        "--abort",
+        action="store_true",
+        help="give up: remove the rebase state; patches/, overlays/ and worktrees stay as they were",
+    )
+    action.add_argument(
+        "--publish",
+        action="store_true",
+        help="publish a rebase stopped for review (a merged patch, a warning, or a target older than the pin)",
+    )
+    action.add_argument(
+        "--undo",
+        action="store_true",
+        help="put the manifest, series and patches back as they were before the last publish, byte for byte",
+    )
+    p.add_argument(
+        "--url",
+        help="with --to: a direct location (file:// or https://) of the new release's wheel "
+        "instead of the package index",
+    )
+    p.add_argument(
+        "--commit", help="with --to: the new release's 40-hex git commit, recorded in the manifest and series"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --to: classify every patch, write nothing, never stop"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --to: rebase even when build/worktrees/ENGINE holds work refresh has not written back",
+    )
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(execute=execute)
 
@@ -53,26 +89,48 @@ def execute(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"version": 1, "engine": res.engine, "aborted": True, "restored": list(res.restored)})
         else:
-            undone = f"; the interrupted publish was undone ({len(res.restored)} files put back)" if res.restored else ""
+            undone = (
+                f"; the interrupted publish was undone ({len(res.restored)} files put back)"
+                if res.restored
+                else ""
+            )
             print(f"rebase of {res.engine} aborted; nothing was published{undone}")
         return 0
     if args.undo:
         back = rb.undo(root=root, engine=args.engine, wait=args.wait, reporter=rep)
         if args.json:
-            emit_json({"version": 1, "engine": back.engine, "back": True, "pin": back.from_version,
-                       "restored": list(back.restored)})
+            emit_json(
+                {
+                    "version": 1,
+                    "engine": back.engine,
+                    "back": True,
+                    "pin": back.from_version,
+                    "restored": list(back.restored),
+                }
+            )
         else:
-            print(f"rebase of {back.engine} {back.from_version} -> {back.to_version} back: pinned at "
-                  f"{back.from_version} again ({len(back.restored)} files put back)")
+            print(
+                f"rebase of {back.engine} {back.from_version} -> {back.to_version} back: pinned at "
+                f"{back.from_version} again ({len(back.restored)} files put back)"
+            )
         return 0
     if args.publish:
         result = rb.publish(root=root, engine=args.engine, wait=args.wait, reporter=rep)
     elif args.cont or args.skip:
         result = rb.resume(root=root, engine=args.engine, skip=args.skip, wait=args.wait, reporter=rep)
     elif args.to:
-        result = rb.rebase(root=root, engine=args.engine, to=args.to, url=args.url, commit=args.commit,
-                           force=args.force, dry_run=args.dry_run, offline=args.offline, wait=args.wait,
-                           reporter=rep)
+        result = rb.rebase(
+            root=root,
+            engine=args.engine,
+            to=args.to,
+            url=args.url,
+            commit=args.commit,
+            force=args.force,
+            dry_run=args.dry_run,
+            offline=args.offline,
+            wait=args.wait,
+            reporter=rep,
+        )
     else:
         current = rb.status(root=root, engine=args.engine)
         if current is None:
@@ -86,17 +144,24 @@ def execute(args: argparse.Namespace) -> int:
         if args.skip and skipped:
             needs = [w.split(":", 1)[0] for w in result.warnings if f"'{skipped[-1]}'" in w]
             if needs:
-                print(f"WARNING --skip dropped {skipped[-1]}, which {', '.join(needs)} "
-                      f"require{'s' if len(needs) == 1 else ''} (Overlay-Requires)", file=sys.stderr)
+                print(
+                    f"WARNING --skip dropped {skipped[-1]}, which {', '.join(needs)} "
+                    f"require{'s' if len(needs) == 1 else ''} (Overlay-Requires)",
+                    file=sys.stderr,
+                )
     if result.status == "review":
         e, a, b = result.engine, result.from_version, result.to_version
         for reason in result.review:
             print(f"REVIEW {reason}")
         print("next steps:")
-        print(f"  look:     overlay review {e} --from {a} --to {b} --html build/reports/{e}-review.html"
-              f"  (the rebased commits are in {result.repo})")
+        print(
+            f"  look:     overlay review {e} --from {a} --to {b} --html build/reports/{e}-review.html"
+            f"  (the rebased commits are in {result.repo})"
+        )
         print(f"  publish:  overlay rebase {e} --publish, then `overlay lint {e}` and `overlay check {e}`")
-        print(f"  undo:     overlay rebase {e} --undo puts the old series back after a publish; --abort gives up now")
+        print(
+            f"  undo:     overlay rebase {e} --undo puts the old series back after a publish; --abort gives up now"
+        )
         raise ConflictError(
             f"rebase of {e} {a} -> {b} stopped for review before publishing: {'; '.join(result.review)}",
             tip=f"review it, then `overlay rebase {e} --publish` (or --abort)",
@@ -136,9 +201,13 @@ def print_table(result: Any) -> None:
     own = sum(1 for o in result.outcomes if o.conflict_kind == "own")
     inherited = sum(1 for o in result.outcomes if o.conflict_kind == "inherited")
     if own or inherited:
-        counts += (f"; of the conflicts {own} are the patches' own, {inherited} inherited (they go away once the "
-                   "earlier ones are resolved)")
-    print(f"{len(result.outcomes)} of {len(result.outcomes) + len(result.pending)} patches: {counts or 'none'}"
-          + (f"; report {result.report}" if result.report else ""))
+        counts += (
+            f"; of the conflicts {own} are the patches' own, {inherited} inherited (they go away once the "
+            "earlier ones are resolved)"
+        )
+    print(
+        f"{len(result.outcomes)} of {len(result.outcomes) + len(result.pending)} patches: {counts or 'none'}"
+        + (f"; report {result.report}" if result.report else "")
+    )
     for w in getattr(result, "warnings", ()):
         print(f"WARNING {w}", file=sys.stderr)

@@ -15,15 +15,27 @@ EXAMPLE = "overlay refresh mlx-lm --dry-run"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("refresh", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "refresh",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
     p.add_argument("--worktree", type=Path, help="the worktree (default: build/worktrees/ENGINE)")
-    p.add_argument("--force", action="store_true",
-                   help="refresh even from a dirty worktree or one whose base is not the current pin")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="refresh even from a dirty worktree or one whose base is not the current pin",
+    )
     p.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(execute=execute)
 
@@ -32,11 +44,27 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.stack.refresh import refresh
 
     root = resolve_root(args)
-    r = refresh(root=root, engine=args.engine, worktree=args.worktree, force=args.force, dry_run=args.dry_run,
-                wait=args.wait, reporter=reporter_for(args))
+    r = refresh(
+        root=root,
+        engine=args.engine,
+        worktree=args.worktree,
+        force=args.force,
+        dry_run=args.dry_run,
+        wait=args.wait,
+        reporter=reporter_for(args),
+    )
     if args.json:
-        emit_json({"version": 1, "written": list(r.written), "kept": list(r.kept), "removed": list(r.removed),
-                   "series_changed": r.series_changed, "dry_run": args.dry_run, "warnings": list(r.warnings)})
+        emit_json(
+            {
+                "version": 1,
+                "written": list(r.written),
+                "kept": list(r.kept),
+                "removed": list(r.removed),
+                "series_changed": r.series_changed,
+                "dry_run": args.dry_run,
+                "warnings": list(r.warnings),
+            }
+        )
     else:
         verb = "would write" if args.dry_run else "wrote"
         for n in r.written:

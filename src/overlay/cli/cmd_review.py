@@ -14,17 +14,31 @@ EXAMPLE = "overlay review mlx-lm --from 0.31.2 --to 0.32.2 --html build/reports/
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("review", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "review",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
-    p.add_argument("--from", dest="from_version", required=True, metavar="A", help="the older upstream release")
+    p.add_argument(
+        "--from", dest="from_version", required=True, metavar="A", help="the older upstream release"
+    )
     p.add_argument("--to", dest="to_version", required=True, metavar="B", help="the newer upstream release")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
-    p.add_argument("--old-series", type=Path, metavar="DIR",
-                   help="the series at A (a folder with series + patches), when neither patches/ENGINE, the rebase "
-                        "history nor git history has it")
-    p.add_argument("--from-url", metavar="URL", help="a direct location of A's wheel instead of the package index")
-    p.add_argument("--to-url", metavar="URL", help="a direct location of B's wheel instead of the package index")
+    p.add_argument(
+        "--old-series",
+        type=Path,
+        metavar="DIR",
+        help="the series at A (a folder with series + patches), when neither patches/ENGINE, the rebase "
+        "history nor git history has it",
+    )
+    p.add_argument(
+        "--from-url", metavar="URL", help="a direct location of A's wheel instead of the package index"
+    )
+    p.add_argument(
+        "--to-url", metavar="URL", help="a direct location of B's wheel instead of the package index"
+    )
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(execute=execute)

@@ -72,7 +72,11 @@ class StepReporter:
     def end(self, stage: Stage, message: str, *, seconds: float, returncode: int) -> None:
         if self.verbosity < 0:
             return
-        outcome = f"done in {seconds:.1f} s" if returncode == 0 else f"failed (exit {returncode}) after {seconds:.1f} s"
+        outcome = (
+            f"done in {seconds:.1f} s"
+            if returncode == 0
+            else f"failed (exit {returncode}) after {seconds:.1f} s"
+        )
         if self._ticker is not None:
             self._stop.set()
             self._ticker.join()

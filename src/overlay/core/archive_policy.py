@@ -167,8 +167,10 @@ class NameSet:
     def add(self, rel: str, *, raw: str | None = None) -> None:
         shown = raw if raw is not None else rel
         if rel in self._exact:
-            raise IntegrityError(f"{self.where}: archive member {shown!r} appears twice",
-                                 tip="a well-formed archive names each file once; use another artifact")
+            raise IntegrityError(
+                f"{self.where}: archive member {shown!r} appears twice",
+                tip="a well-formed archive names each file once; use another artifact",
+            )
         key = _fold(rel)
         other = self._seen.get(key)
         if other is not None:
@@ -181,7 +183,9 @@ class NameSet:
         self._seen[key] = rel
 
 
-def check_members(members: Iterable[tuple[str, MemberKind]], *, where: str) -> list[tuple[str, PurePosixPath]]:
+def check_members(
+    members: Iterable[tuple[str, MemberKind]], *, where: str
+) -> list[tuple[str, PurePosixPath]]:
     """Check every (name, kind) of an archive; return the regular files as (name, safe path). Raises on the first
     refused member, before the caller writes anything."""
     names = NameSet(where)
@@ -195,7 +199,9 @@ def check_members(members: Iterable[tuple[str, MemberKind]], *, where: str) -> l
     return files
 
 
-def check_wheel_layout(paths: Iterable[str], *, dist_info: str, where: str, policy: MemberPolicy = STRICT) -> None:
+def check_wheel_layout(
+    paths: Iterable[str], *, dist_info: str, where: str, policy: MemberPolicy = STRICT
+) -> None:
     """Refuse a second ``.dist-info`` folder, a ``.data`` folder and a root ``.pth`` unless ``policy`` allows them."""
     own_data = dist_info[: -len(".dist-info")] + ".data"
     for path in sorted(paths):
@@ -208,7 +214,9 @@ def check_wheel_layout(paths: Iterable[str], *, dist_info: str, where: str, poli
             )
 
 
-def wheel_path_problem(path: str, *, dist_info: str | None, own_data: str | None, policy: MemberPolicy) -> str | None:
+def wheel_path_problem(
+    path: str, *, dist_info: str | None, own_data: str | None, policy: MemberPolicy
+) -> str | None:
     top, _, rest = path.partition("/")
     if top.endswith(".dist-info") and top != dist_info:
         return f"is in a second .dist-info folder {top!r} (the wheel's own is {dist_info!r})"
@@ -218,7 +226,12 @@ def wheel_path_problem(path: str, *, dist_info: str | None, own_data: str | None
         if "data" not in policy.allow:
             return f"is in the .data folder {top!r}; its files install outside the package (scripts, headers, data)"
         sub, _, inner = rest.partition("/")
-        if sub in ("purelib", "platlib") and "/" not in inner and inner.endswith(".pth") and "pth" not in policy.allow:
+        if (
+            sub in ("purelib", "platlib")
+            and "/" not in inner
+            and inner.endswith(".pth")
+            and "pth" not in policy.allow
+        ):
             return "is a .pth file: it runs code at every interpreter start"
         return None
     if not rest and top.endswith(".pth") and "pth" not in policy.allow:
@@ -234,20 +247,35 @@ def patch_problems(patch: Patch, *, package_root: str) -> list[tuple[str, str]]:
     for fd in patch.files:
         for path in fd.paths:
             if any(is_control_part(part) for part in path.split("/")):
-                problems.append((path, "is inside a .git folder; a patch never writes repository control files"))
+                problems.append(
+                    (path, "is inside a .git folder; a patch never writes repository control files")
+                )
         if fd.new_mode in ("120000", "160000"):
-            problems.append((fd.path, "has mode " + fd.new_mode + " (a symlink or submodule); patches add regular files"))
+            problems.append(
+                (fd.path, "has mode " + fd.new_mode + " (a symlink or submodule); patches add regular files")
+            )
         creates = fd.kind in ("add", "rename", "copy") and fd.new_path is not None
         if not creates or fd.new_path is None or (prefix and not fd.new_path.startswith(prefix)):
             continue
-        top, _, rest = fd.new_path[len(prefix):].partition("/")
+        top, _, rest = fd.new_path[len(prefix) :].partition("/")
         if top.endswith((".dist-info", ".data")) and rest:
             folder = "dist-info" if top.endswith(".dist-info") else "data"
-            problems.append((fd.new_path, (f"is in a .{folder} folder ({top!r}); a patch never adds installer metadata "
-                             "or a second distribution")))
+            problems.append(
+                (
+                    fd.new_path,
+                    (
+                        f"is in a .{folder} folder ({top!r}); a patch never adds installer metadata "
+                        "or a second distribution"
+                    ),
+                )
+            )
         elif not rest and top.endswith(".pth"):
-            problems.append((fd.new_path, ("is a .pth file at the wheel root: it would run code at every interpreter "
-                             "start")))
+            problems.append(
+                (
+                    fd.new_path,
+                    ("is a .pth file at the wheel root: it would run code at every interpreter start"),
+                )
+            )
     return problems
 
 

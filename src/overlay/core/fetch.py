@@ -53,8 +53,11 @@ def fetch_artifact(
         # A cached file that no longer matches is not trusted: move it out of the way and fetch again.
         bad = dest.with_name(dest.name + ".corrupt")
         os.replace(dest, bad)
-        reporter.step("fetch", f"{artifact.filename}: cached copy has sha256 {digest[:16]}..., expected "
-                      f"{artifact.sha256[:16]}...; moved to {bad.name}, downloading again")
+        reporter.step(
+            "fetch",
+            f"{artifact.filename}: cached copy has sha256 {digest[:16]}..., expected "
+            f"{artifact.sha256[:16]}...; moved to {bad.name}, downloading again",
+        )
     if offline:
         raise UsageError(
             f"{artifact.filename} is not in the cache ({dest}) and --offline was given",
@@ -88,8 +91,13 @@ def check_cache_slot(dest: Path) -> None:
         )
 
 
-def fetch_all(root: Path, manifest: Manifest, *, offline: bool = False, reporter: Reporter | None = None) -> list[Path]:
-    return [fetch_artifact(root, manifest, a, offline=offline, reporter=reporter) for a in manifest.upstream.artifacts]
+def fetch_all(
+    root: Path, manifest: Manifest, *, offline: bool = False, reporter: Reporter | None = None
+) -> list[Path]:
+    return [
+        fetch_artifact(root, manifest, a, offline=offline, reporter=reporter)
+        for a in manifest.upstream.artifacts
+    ]
 
 
 def _download_url(artifact: Artifact, scratch: Path, *, origin: str = "the artifact's `url`") -> Path:
@@ -103,7 +111,9 @@ def _download_url(artifact: Artifact, scratch: Path, *, origin: str = "the artif
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme == "file":
             if parsed.netloc not in ("", "localhost"):
-                raise ConfigError(f"{origin} {url!r} names the host {parsed.netloc!r}; a file:// url is local", tip=tip)
+                raise ConfigError(
+                    f"{origin} {url!r} names the host {parsed.netloc!r}; a file:// url is local", tip=tip
+                )
             source = Path(urllib.request.url2pathname(parsed.path))
             if source.is_dir():
                 raise ConfigError(f"{origin} {url!r} is a folder, not a release file", tip=tip)
@@ -114,16 +124,25 @@ def _download_url(artifact: Artifact, scratch: Path, *, origin: str = "the artif
         else:
             raise ConfigError(
                 f"{origin} {url!r} has the scheme {parsed.scheme + ':' if parsed.scheme else '(none)'}; only file://, "
-                "http:// and https:// are supported", tip=tip)
+                "http:// and https:// are supported",
+                tip=tip,
+            )
     except http.client.HTTPException as exc:  # the server answered, but not in HTTP (a wrong port, a proxy)
-        raise ConfigError(f"downloading {url} failed: the answer is not HTTP ({type(exc).__name__}: "
-                          f"{str(exc)[:80]!r})", tip=tip) from None
-    except (OSError, ValueError) as exc:  # URLError/HTTPError (OSError), a file that is missing, a malformed url
+        raise ConfigError(
+            f"downloading {url} failed: the answer is not HTTP ({type(exc).__name__}: {str(exc)[:80]!r})",
+            tip=tip,
+        ) from None
+    except (
+        OSError,
+        ValueError,
+    ) as exc:  # URLError/HTTPError (OSError), a file that is missing, a malformed url
         raise ConfigError(f"downloading {url} failed: {exc}", tip=tip) from None
     return target
 
 
-_PIP_NO_MATCH = re.compile(r"Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)")
+_PIP_NO_MATCH = re.compile(
+    r"Could not find a version that satisfies the requirement (\S+) \(from versions: ([^)]*)\)"
+)
 
 
 def pip_not_found(stderr: str) -> tuple[str, str] | None:
@@ -151,8 +170,16 @@ def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
     return args
 
 
-def pip_download(manifest: Manifest, like: Artifact, dest: Path, reporter: Reporter, *, what: str,
-                 not_found: Callable[[str, str], OverlayError], tip: str) -> list[Path]:
+def pip_download(
+    manifest: Manifest,
+    like: Artifact,
+    dest: Path,
+    reporter: Reporter,
+    *,
+    what: str,
+    not_found: Callable[[str, str], OverlayError],
+    tip: str,
+) -> list[Path]:
     """``pip download`` of ``manifest``'s release selected like ``like`` (same kind, Python tag and platform) into
     ``dest``: the one place pip downloads (your index, proxy and credentials settings apply). ``not_found(requirement,
     offered versions)`` is the error when the index does not have it; ``tip`` goes with any other pip failure."""
@@ -164,7 +191,9 @@ def pip_download(manifest: Manifest, like: Artifact, dest: Path, reporter: Repor
     if proc.returncode != 0:
         raise ExternalCommandError(
             f"pip could not download {manifest.distribution}=={manifest.upstream.version} (selected like "
-            f"{like.filename}): {proc.stderr.strip()[-1500:]}", tip=tip)
+            f"{like.filename}): {proc.stderr.strip()[-1500:]}",
+            tip=tip,
+        )
     return sorted(p for p in dest.iterdir() if p.is_file() and p.name != ".owner")
 
 
@@ -177,10 +206,15 @@ def _download_pip(manifest: Manifest, artifact: Artifact, scratch: Path, reporte
             "or set `url` for the artifact",
         )
 
-    files = pip_download(manifest, artifact, scratch, reporter, what=f"{artifact.filename}: downloading through pip",
-                         not_found=not_found,
-                         tip="check network access to the package index (pip config list), or set `url` for the "
-                             "artifact")
+    files = pip_download(
+        manifest,
+        artifact,
+        scratch,
+        reporter,
+        what=f"{artifact.filename}: downloading through pip",
+        not_found=not_found,
+        tip="check network access to the package index (pip config list), or set `url` for the artifact",
+    )
     wanted = scratch / artifact.filename
     if not wanted.is_file():
         raise IntegrityError(

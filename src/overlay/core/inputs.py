@@ -73,7 +73,7 @@ def check_relative(value: str, *, what: str, where: str) -> str:
         return value
     raise ConfigError(
         f"{where}: {what} {value!r} {problem}; it must name a folder inside the overlay repository",
-        tip="write it relative to the repository root, e.g. \"patches/ENGINE\"",
+        tip='write it relative to the repository root, e.g. "patches/ENGINE"',
     )
 
 
@@ -122,13 +122,19 @@ def read_inside(root: Path, path: Path, *, what: str) -> bytes:
         if isinstance(exc, FileNotFoundError):
             raise
         if exc.errno == errno.ELOOP:
-            raise IntegrityError(f"{what} {path} became a symlink while it was read; refusing to follow it") from None
-        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}", tip="check its permissions") from None
+            raise IntegrityError(
+                f"{what} {path} became a symlink while it was read; refusing to follow it"
+            ) from None
+        raise ConfigError(
+            f"{what} {path} cannot be read: {exc.strerror}", tip="check its permissions"
+        ) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise ConfigError(f"{what} {path} is {kind}; expected a file", tip="replace it with the file it should be")
+            raise ConfigError(
+                f"{what} {path} is {kind}; expected a file", tip="replace it with the file it should be"
+            )
     except BaseException:
         os.close(fd)
         raise

@@ -81,11 +81,16 @@ def unresolved_checks(root: Path, patches: Sequence[Patch]) -> tuple[str, ...]:
     folder (nor the folder named), cannot be expected to: lint cannot resolve it and `overlay check` cannot run it."""
     out = []
     for patch in patches:
-        if patch.check and not (root / patch.check.partition("::")[0]).is_file() and not check_target_expected(
-                root, patch.check):
-            out.append(f"{patch.name}: Overlay-Check {patch.check!r} is not in this repository (it has no tests/ "
-                       "folder): not resolved, and `overlay check` cannot run it; add the test here (tests/...) "
-                       "to have it checked")
+        if (
+            patch.check
+            and not (root / patch.check.partition("::")[0]).is_file()
+            and not check_target_expected(root, patch.check)
+        ):
+            out.append(
+                f"{patch.name}: Overlay-Check {patch.check!r} is not in this repository (it has no tests/ "
+                "folder): not resolved, and `overlay check` cannot run it; add the test here (tests/...) "
+                "to have it checked"
+            )
     return tuple(out)
 
 
@@ -114,8 +119,9 @@ def requires_warnings(patches: Sequence[Patch]) -> tuple[str, ...]:
 
 
 def _added_text(patch: Patch) -> str:
-    return b"".join(line.text for f in patch.files for h in f.hunks for line in h.lines if line.op == "+").decode(
-        "utf-8", "replace")
+    return b"".join(
+        line.text for f in patch.files for h in f.hunks for line in h.lines if line.op == "+"
+    ).decode("utf-8", "replace")
 
 
 def check_declarations(
@@ -128,7 +134,9 @@ def check_declarations(
     required = [by_slug[patch_slug(r)] for r in patch.requires if patch_slug(r) in by_slug]
     flag_values = patch.trailer_values("Overlay-Flag")
     if not flag_values:
-        problems.append("missing trailer Overlay-Flag: (ENV=VALUE, a --cli-option, or `default` for an always-on patch)")
+        problems.append(
+            "missing trailer Overlay-Flag: (ENV=VALUE, a --cli-option, or `default` for an always-on patch)"
+        )
     flags: list[Flag] = []
     for value in flag_values:
         try:
@@ -154,8 +162,10 @@ def check_declarations(
             problems.append(f"Overlay-Mechanism {m.text!r} is declared twice")
         seen.add(m)
     if patch.theme in MECHANISM_THEMES and not patch.trailer_values("Overlay-Mechanism"):
-        problems.append(f"Overlay-Theme {patch.theme} needs at least one Overlay-Mechanism: METRIC DIRECTION in SCENARIO "
-                        f"(themes that must: {', '.join(MECHANISM_THEMES)})")
+        problems.append(
+            f"Overlay-Theme {patch.theme} needs at least one Overlay-Mechanism: METRIC DIRECTION in SCENARIO "
+            f"(themes that must: {', '.join(MECHANISM_THEMES)})"
+        )
     for req in patch.requires:
         if not _PATCH_FILE.match(req):
             problems.append(f"Overlay-Requires {req!r} is not a patch file name (NNNN-slug.patch)")
@@ -178,30 +188,49 @@ def lint_engine(
         manifest: Manifest = load_engine(root, engine)
         series: Series = load_engine_series(root, manifest)
     except ConfigError as exc:
-        return LintReport(engine=engine, patches=0, problems=(Problem(engine, None, exc.message, "config", exc.tip),))
+        return LintReport(
+            engine=engine, patches=0, problems=(Problem(engine, None, exc.message, "config", exc.tip),)
+        )
     problems.extend(static_problems(root, manifest, series))
     for patch in series.patches:
         for path, what in patch_problems(patch, package_root=manifest.upstream.package_root):
-            problems.append(Problem(engine, patch.name, f"path {path!r} {what}", "integrity",
-                                    "drop that file from the patch, then `overlay refresh`"))
-    reporter.step("lint", f"{engine}: {len(series.patches)} patches, checking they apply at {manifest.upstream.version}")
+            problems.append(
+                Problem(
+                    engine,
+                    patch.name,
+                    f"path {path!r} {what}",
+                    "integrity",
+                    "drop that file from the patch, then `overlay refresh`",
+                )
+            )
+    reporter.step(
+        "lint", f"{engine}: {len(series.patches)} patches, checking they apply at {manifest.upstream.version}"
+    )
     artifact = manifest.upstream.primary
     if artifact.is_wheel:
         try:
-            tree = read_wheel(fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter),
-                              policy=MemberPolicy.of(manifest.upstream.allow_members)).tree
+            tree = read_wheel(
+                fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter),
+                policy=MemberPolicy.of(manifest.upstream.allow_members),
+            ).tree
             for patch in series.patches:
                 apply_patch(tree, patch, package_root=manifest.upstream.package_root)
         except PatchError as exc:
-            problems.append(Problem(engine, None, exc.message, "apply", "refresh the patch (see `overlay checkout`)"))
+            problems.append(
+                Problem(engine, None, exc.message, "apply", "refresh the patch (see `overlay checkout`)")
+            )
         except IntegrityError as exc:
             problems.append(Problem(engine, None, exc.message, "integrity", exc.tip))
         except OverlayError as exc:
             problems.append(Problem(engine, None, exc.message, "config", exc.tip))
     else:
         reporter.step("lint", f"{engine}: sdist pin; exact apply is checked by `overlay apply`")
-    return LintReport(engine=engine, patches=len(series.patches), problems=tuple(problems),
-                      warnings=unresolved_checks(root, series.patches) + hotspot_warnings(series.patches, engine=engine))
+    return LintReport(
+        engine=engine,
+        patches=len(series.patches),
+        problems=tuple(problems),
+        warnings=unresolved_checks(root, series.patches) + hotspot_warnings(series.patches, engine=engine),
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +252,9 @@ def merge_hotspots(patches: Sequence[Patch]) -> list[Hotspot]:
     Each hunk's changed lines (not its context) are mapped back to the pinned tree's line numbers through the patches
     before it, and widened by one line each side (git's merge conflicts on adjacent changes too); a hotspot is a run
     of lines that many patches' changes cover at once."""
-    applied: dict[str, list[list[tuple[int, int, int]]]] = {}  # path -> per earlier patch: (new_start, new_len, old_len)
+    applied: dict[
+        str, list[list[tuple[int, int, int]]]
+    ] = {}  # path -> per earlier patch: (new_start, new_len, old_len)
     spans: dict[str, list[tuple[int, int, str]]] = {}
     for patch in patches:
         mine: dict[str, list[tuple[int, int, int]]] = {}
@@ -311,8 +342,15 @@ def static_problems(root: Path, manifest: Manifest, series: Series) -> list[Prob
     previous = 0
     for patch in series.patches:
         if patch.number <= previous:
-            problems.append(Problem(engine, patch.name, f"number {patch.number:04d} does not follow {previous:04d}",
-                                    "config", f"run `overlay refresh {engine}` to renumber"))
+            problems.append(
+                Problem(
+                    engine,
+                    patch.name,
+                    f"number {patch.number:04d} does not follow {previous:04d}",
+                    "config",
+                    f"run `overlay refresh {engine}` to renumber",
+                )
+            )
         previous = patch.number
         for msg in lint_patch_metadata(root, patch, engine=engine, series=series.patches):
             problems.append(Problem(engine, patch.name, msg, "metadata", _metadata_tip(msg)))
@@ -321,15 +359,22 @@ def static_problems(root: Path, manifest: Manifest, series: Series) -> list[Prob
 
 def _metadata_tip(message: str) -> str | None:
     if message.startswith("Overlay-Requires") and ("comes after it" in message or "no such patch" in message):
-        return ("put the required patch back before this one (`overlay checkout`, `git rebase -i` there, `overlay "
-                "refresh`), or remove the Overlay-Requires line if the patch no longer needs it")
-    if message.startswith(("missing trailer Overlay-Flag", "Overlay-Flag", "Overlay-Mechanism", "Overlay-Requires")) or (
-            message.startswith("Overlay-Theme") and "Overlay-Mechanism" in message):
-        return ("fix the trailer in the commit message (git commit --amend / rebase -i reword), then `overlay refresh`; "
-                "the words are in docs/dev/patch-authoring.md (Overlay-Flag, Overlay-Mechanism, Overlay-Requires)")
+        return (
+            "put the required patch back before this one (`overlay checkout`, `git rebase -i` there, `overlay "
+            "refresh`), or remove the Overlay-Requires line if the patch no longer needs it"
+        )
+    if message.startswith(
+        ("missing trailer Overlay-Flag", "Overlay-Flag", "Overlay-Mechanism", "Overlay-Requires")
+    ) or (message.startswith("Overlay-Theme") and "Overlay-Mechanism" in message):
+        return (
+            "fix the trailer in the commit message (git commit --amend / rebase -i reword), then `overlay refresh`; "
+            "the words are in docs/dev/patch-authoring.md (Overlay-Flag, Overlay-Mechanism, Overlay-Requires)"
+        )
     if message.startswith("missing trailer"):
-        return ("add the four trailers at the end of the commit message (Overlay-Theme, Overlay-Numerics, "
-                "Overlay-Check, Upstream-Status), then `overlay refresh`; see docs/dev/patch-authoring.md")
+        return (
+            "add the four trailers at the end of the commit message (Overlay-Theme, Overlay-Numerics, "
+            "Overlay-Check, Upstream-Status), then `overlay refresh`; see docs/dev/patch-authoring.md"
+        )
     if "no body" in message:
         return "reword the commit (git commit --amend / rebase -i reword), then `overlay refresh`"
     return None

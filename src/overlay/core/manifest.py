@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import (
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
+from packaging.utils import parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
 from overlay.core.inputs import check_name, check_relative, closest, decode_utf8, inside_root, read_inside
@@ -129,7 +126,8 @@ class Manifest:
     def python_path_dirs(self, root: Path) -> tuple[Path, ...]:
         """``runtime.python-path`` as real folders; IntegrityError for one that leads out of ``root``."""
         return tuple(
-            inside_root(root, root / p, what=f"{self.path.name}: runtime.python-path entry") for p in self.runtime.python_path
+            inside_root(root, root / p, what=f"{self.path.name}: runtime.python-path entry")
+            for p in self.runtime.python_path
         )
 
 
@@ -160,13 +158,13 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
 _ARTIFACT_KEYS = {"filename": str, "sha256": str, "url": str}
 
 
-
 def artifact_name_parts(filename: str) -> tuple[str, Version]:
     """(distribution, version) from a wheel or sdist file name; ValueError (packaging's) when it is neither."""
     if filename.endswith(".whl"):
         dist, version, _build, _tags = parse_wheel_filename(filename)
         return dist, version
     return parse_sdist_filename(filename)
+
 
 def _check_keys(where: str, table: Mapping[str, Any], known: Mapping[str, Any], path: Path) -> None:
     for key in table:
@@ -205,9 +203,14 @@ def load_manifest(path: Path, *, root: Path | None = None) -> Manifest:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # tomllib: an integer of more than 4300 digits, nesting too deep
-        raise ConfigError(f"{path}: not a usable TOML file: {str(exc)[:120]}",
-                          tip="a manifest holds short strings, tables and lists; check the file") from None
+    except (
+        ValueError,
+        RecursionError,
+    ) as exc:  # tomllib: an integer of more than 4300 digits, nesting too deep
+        raise ConfigError(
+            f"{path}: not a usable TOML file: {str(exc)[:120]}",
+            tip="a manifest holds short strings, tables and lists; check the file",
+        ) from None
     _check_keys("", raw, _SCHEMA, path)
     tables: dict[str, dict[str, Any]] = {}
     for section, keys in _SCHEMA.items():
@@ -231,16 +234,24 @@ def load_manifest(path: Path, *, root: Path | None = None) -> Manifest:
     if not _NAME.match(name):
         raise ConfigError(f"{path}: engine.name {name!r} must be lower-case letters, digits, '.', '_' or '-'")
     if path.stem != name:
-        raise ConfigError(f"{path}: engine.name {name!r} differs from the file name {path.stem!r}; rename one")
+        raise ConfigError(
+            f"{path}: engine.name {name!r} differs from the file name {path.stem!r}; rename one"
+        )
     try:
         version = Version(up["version"])
     except ValueError:  # InvalidVersion, or a release number too long for int() (packaging raises ValueError)
-        raise ConfigError(f"{path}: upstream.version {up['version'][:60]!r} is not a PEP 440 version") from None
+        raise ConfigError(
+            f"{path}: upstream.version {up['version'][:60]!r} is not a PEP 440 version"
+        ) from None
     if version.local is not None:
-        raise ConfigError(f"{path}: upstream.version {up['version']!r} already has a local label; pin a public release")
+        raise ConfigError(
+            f"{path}: upstream.version {up['version']!r} already has a local label; pin a public release"
+        )
     if up["git"].startswith("-") or "\0" in up["git"]:
-        raise ConfigError(f"{path}: upstream.git {up['git']!r} begins with '-' or holds a NUL; git would read it as an option",
-                          tip="name the repository URL (https://...) or a path (./x for one beginning with '-')")
+        raise ConfigError(
+            f"{path}: upstream.git {up['git']!r} begins with '-' or holds a NUL; git would read it as an option",
+            tip="name the repository URL (https://...) or a path (./x for one beginning with '-')",
+        )
     commit = up.get("commit")
     if commit is not None and not _COMMIT.match(commit):
         raise ConfigError(f"{path}: upstream.commit {commit!r} is not a full 40-hex git commit id")
@@ -259,7 +270,9 @@ def load_manifest(path: Path, *, root: Path | None = None) -> Manifest:
     check_relative(ser["dir"], what="series.dir", where=str(path))
     label = ser["label"]
     if not _LABEL.match(label):
-        raise ConfigError(f"{path}: series.label {label!r} must be lower-case letters and digits, starting with a letter")
+        raise ConfigError(
+            f"{path}: series.label {label!r} must be lower-case letters and digits, starting with a letter"
+        )
     rt = tables["runtime"]
     env = rt.get("env", {})
     for key, value in env.items():
@@ -318,8 +331,10 @@ def _allow_members(value: Any, path: Path) -> tuple[str, ...]:
     allow = _str_list("upstream.", "allow-members", value, path)
     for item in allow:
         if item not in ALLOWANCES:
-            raise ConfigError(f"{path}: upstream.allow-members: {item!r} is not one of {', '.join(ALLOWANCES)}",
-                              tip="the archive policy is in docs/commands/apply.md (\"What an artifact may hold\")")
+            raise ConfigError(
+                f"{path}: upstream.allow-members: {item!r} is not one of {', '.join(ALLOWANCES)}",
+                tip='the archive policy is in docs/commands/apply.md ("What an artifact may hold")',
+            )
     return allow
 
 
@@ -340,13 +355,17 @@ def _parse_artifact(index: int, raw: Any, path: Path, *, distribution: str, vers
     try:
         dist, fver = artifact_name_parts(filename)
     except ValueError as exc:
-        raise ConfigError(f"{path}: {where}filename {filename!r} is not a wheel or sdist name: {exc}") from None
+        raise ConfigError(
+            f"{path}: {where}filename {filename!r} is not a wheel or sdist name: {exc}"
+        ) from None
     from packaging.utils import canonicalize_name
 
     if canonicalize_name(dist) != canonicalize_name(distribution):
         raise ConfigError(f"{path}: {where}filename {filename!r} is not a {distribution!r} distribution")
     if fver != version:
-        raise ConfigError(f"{path}: {where}filename {filename!r} is version {fver}, but upstream.version is {version}")
+        raise ConfigError(
+            f"{path}: {where}filename {filename!r} is version {fver}, but upstream.version is {version}"
+        )
     return Artifact(filename=filename, sha256=sha, url=raw.get("url"))
 
 

@@ -130,34 +130,44 @@ def parse_mechanism(text: str, *, engine: str | None = None) -> Mechanism:
         )
     metric, direction, _in, scenario = words
     if metric not in METRICS:
-        raise ConfigError(f"Overlay-Mechanism {text!r}: unknown metric {metric!r}{closest(metric, list(METRICS))}",
-                          tip=f"metrics: {', '.join(METRICS)}")
+        raise ConfigError(
+            f"Overlay-Mechanism {text!r}: unknown metric {metric!r}{closest(metric, list(METRICS))}",
+            tip=f"metrics: {', '.join(METRICS)}",
+        )
     if direction not in DIRECTIONS:
         raise ConfigError(
             f"Overlay-Mechanism {text!r}: unknown direction {direction!r}{closest(direction, list(DIRECTIONS))}",
-            tip=f"directions: {', '.join(DIRECTIONS)}")
+            tip=f"directions: {', '.join(DIRECTIONS)}",
+        )
     if metric in BOOLEAN_METRICS and direction not in BOOLEAN_DIRECTIONS:
         raise ConfigError(
             f"Overlay-Mechanism {text!r}: {metric} is a property, it can only be "
             f"{' or '.join(BOOLEAN_DIRECTIONS)}, not {direction!r}",
-            tip=f"write `{metric} becomes-true in {scenario}`")
+            tip=f"write `{metric} becomes-true in {scenario}`",
+        )
     if direction == "becomes-true" and metric not in BOOLEAN_METRICS:
         raise ConfigError(
             f"Overlay-Mechanism {text!r}: becomes-true applies to {', '.join(BOOLEAN_METRICS)} only, not {metric!r}",
-            tip="a count decreases, increases or stays unchanged")
+            tip="a count decreases, increases or stays unchanged",
+        )
     if engine is not None:
         known = scenarios(engine)
         if not known:
-            raise ConfigError(f"Overlay-Mechanism {text!r}: engine {engine!r} defines no census scenarios",
-                              tip=f"engines with a census: {', '.join(SCENARIOS)}")
+            raise ConfigError(
+                f"Overlay-Mechanism {text!r}: engine {engine!r} defines no census scenarios",
+                tip=f"engines with a census: {', '.join(SCENARIOS)}",
+            )
         if scenario not in known:
             raise ConfigError(
                 f"Overlay-Mechanism {text!r}: {engine} has no scenario {scenario!r}{closest(scenario, list(known))}",
-                tip=f"{engine} scenarios: {', '.join(known)}")
+                tip=f"{engine} scenarios: {', '.join(known)}",
+            )
     elif not any(scenario in s for s in SCENARIOS.values()):
         every = sorted({s for d in SCENARIOS.values() for s in d})
-        raise ConfigError(f"Overlay-Mechanism {text!r}: unknown scenario {scenario!r}{closest(scenario, every)}",
-                          tip=f"scenarios: {', '.join(every)}")
+        raise ConfigError(
+            f"Overlay-Mechanism {text!r}: unknown scenario {scenario!r}{closest(scenario, every)}",
+            tip=f"scenarios: {', '.join(every)}",
+        )
     return Mechanism(metric=metric, direction=direction, scenario=scenario)
 
 
@@ -167,7 +177,8 @@ def parse_flag(text: str) -> Flag:
     if not value or len(value.split()) != 1:
         raise ConfigError(
             f"Overlay-Flag {text!r} must be one word: ENV=VALUE, --cli-option, or default",
-            tip="e.g. `Overlay-Flag: SGLANG_OPT_CHAIN_TREE=1`; see docs/dev/patch-authoring.md")
+            tip="e.g. `Overlay-Flag: SGLANG_OPT_CHAIN_TREE=1`; see docs/dev/patch-authoring.md",
+        )
     if value == "default":
         return Flag(kind="default", name="default", value=None)
     if value.startswith("-"):
@@ -181,11 +192,14 @@ def parse_flag(text: str) -> Flag:
     if not eq:
         raise ConfigError(
             f"Overlay-Flag {text!r} is neither ENV=VALUE, a --cli-option nor default{closest(value, ['default'])}",
-            tip=f"an environment variable needs its value: `{value}=1`")
+            tip=f"an environment variable needs its value: `{value}=1`",
+        )
     if not _ENV_NAME.match(name):
         raise ConfigError(f"Overlay-Flag {text!r}: {name!r} is not an environment variable name")
     if not env_value:
-        raise ConfigError(f"Overlay-Flag {text!r}: {name} has no value", tip=f"write the value that turns it on: `{name}=1`")
+        raise ConfigError(
+            f"Overlay-Flag {text!r}: {name} has no value", tip=f"write the value that turns it on: `{name}=1`"
+        )
     return Flag(kind="env", name=name, value=env_value)
 
 
@@ -206,6 +220,13 @@ def requires_problems(order: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[
             elif j == i:
                 problems.append((name, f"Overlay-Requires {req!r} names the patch itself"))
             elif j > i:
-                problems.append((name, (f"Overlay-Requires {req!r}: that patch comes after it "
-                                       f"(position {j + 1}, this one is {i + 1})")))
+                problems.append(
+                    (
+                        name,
+                        (
+                            f"Overlay-Requires {req!r}: that patch comes after it "
+                            f"(position {j + 1}, this one is {i + 1})"
+                        ),
+                    )
+                )
     return problems

@@ -131,7 +131,9 @@ def apply_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> AppliedP
         if fd.kind == "add":
             assert new is not None
             if current(new) is not None:
-                raise PatchError(f"patch {patch.name} creates {fd.new_path!r}, but it already exists at the base")
+                raise PatchError(
+                    f"patch {patch.name} creates {fd.new_path!r}, but it already exists at the base"
+                )
             data = _apply_hunks(b"", fd, patch, new)
             staged.append((fd, None, new, data, fd.new_mode == "100755"))
             pending[new] = data
@@ -139,11 +141,15 @@ def apply_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> AppliedP
             assert old is not None
             base = current(old)
             if base is None:
-                raise PatchError(f"patch {patch.name} deletes {fd.old_path!r}, which does not exist at the base")
+                raise PatchError(
+                    f"patch {patch.name} deletes {fd.old_path!r}, which does not exist at the base"
+                )
             if fd.hunks:
                 result = _apply_hunks(base, fd, patch, old)
                 if result != b"":
-                    raise PatchError(f"patch {patch.name} deletes {fd.old_path!r}, but the file has content the patch does not remove")
+                    raise PatchError(
+                        f"patch {patch.name} deletes {fd.old_path!r}, but the file has content the patch does not remove"
+                    )
             staged.append((fd, old, None, None, None))
             pending[old] = None
         else:
@@ -181,9 +187,7 @@ def apply_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> AppliedP
     return AppliedPatch(patch=patch, files=tuple(applied))
 
 
-def apply_series(
-    tree: Tree, patches: Sequence[Patch], *, package_root: str = ""
-) -> list[AppliedPatch]:
+def apply_series(tree: Tree, patches: Sequence[Patch], *, package_root: str = "") -> list[AppliedPatch]:
     return [apply_patch(tree, p, package_root=package_root) for p in patches]
 
 
@@ -245,7 +249,9 @@ def _mismatch_message(
 ) -> str:
     path = fd.old_path or fd.new_path
     found = lines[start : start + len(expected)]
-    first_bad = next((k for k, (a, b) in enumerate(zip(expected, found)) if a != b), min(len(expected), len(found)))
+    first_bad = next(
+        (k for k, (a, b) in enumerate(zip(expected, found)) if a != b), min(len(expected), len(found))
+    )
     at = start + first_bad + 1
     head = (
         f"patch {patch.name} does not apply: {path}, hunk #{index} (@@ -{hunk.old_start},{hunk.old_len} "
@@ -264,7 +270,9 @@ def _mismatch_message(
     else:
         fuzz = _fuzz_match(lines, hunk, start)
         if fuzz is not None:
-            detail.append(f"it would apply only with fuzz {fuzz} (edge context lines differ); overlay never applies with fuzz")
+            detail.append(
+                f"it would apply only with fuzz {fuzz} (edge context lines differ); overlay never applies with fuzz"
+            )
     diff = list(
         difflib.unified_diff(
             [_show(x) for x in expected],

@@ -42,7 +42,9 @@ def _parse(text: str, where: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
     except tomlkit.exceptions.TOMLKitError as exc:
-        raise ConfigError(f"{where}: not valid TOML ({exc})", tip="fix the file by hand, then run the command again") from None
+        raise ConfigError(
+            f"{where}: not valid TOML ({exc})", tip="fix the file by hand, then run the command again"
+        ) from None
 
 
 def _table(doc: tomlkit.TOMLDocument, edit: Edit, where: str) -> Table:
@@ -53,7 +55,9 @@ def _table(doc: tomlkit.TOMLDocument, edit: Edit, where: str) -> Table:
             raise ConfigError(f"{where}: no table [{edit.table}] to edit {edit.key} in")
     if isinstance(node, AoT):
         if edit.index is None or not 0 <= edit.index < len(node):
-            raise ConfigError(f"{where}: [[{edit.table}]] has {len(node)} entries; entry {edit.index} does not exist")
+            raise ConfigError(
+                f"{where}: [[{edit.table}]] has {len(node)} entries; entry {edit.index} does not exist"
+            )
         node = node[edit.index]
     elif edit.index is not None:
         raise ConfigError(f"{where}: [{edit.table}] is one table, not an array of tables [[{edit.table}]]")
@@ -90,7 +94,9 @@ def apply_edits(text: str, edits: Sequence[Edit], *, where: str) -> str:
     return tomlkit.dumps(doc)
 
 
-def replace_tables(text: str, table: str, rows: Sequence[dict[str, str]], *, where: str, comment: str = "") -> str:
+def replace_tables(
+    text: str, table: str, rows: Sequence[dict[str, str]], *, where: str, comment: str = ""
+) -> str:
     """Return ``text`` with the array of tables ``[[table]]`` replaced by ``rows`` (in order), e.g. the artifacts
     of a release whose files differ from the pinned one's. ``comment`` goes on the first new table's header."""
     doc = _parse(text, where)

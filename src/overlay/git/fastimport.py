@@ -30,13 +30,23 @@ class Stream:
         return mark
 
     def commit(
-        self, ref: str, *, author: str, author_date: str, committer: str, committer_date: str, message: str,
-        parent: int | None, changes: list[bytes],
+        self,
+        ref: str,
+        *,
+        author: str,
+        author_date: str,
+        committer: str,
+        committer_date: str,
+        message: str,
+        parent: int | None,
+        changes: list[bytes],
     ) -> int:
         mark = self._mark()
         msg = message.encode("utf-8")
-        head = (f"commit {ref}\nmark :{mark}\nauthor {author} {author_date}\ncommitter {committer} {committer_date}\n"
-                f"data {len(msg)}\n").encode()
+        head = (
+            f"commit {ref}\nmark :{mark}\nauthor {author} {author_date}\ncommitter {committer} {committer_date}\n"
+            f"data {len(msg)}\n"
+        ).encode()
         self.parts += [head, msg, b"\n"]
         if parent is not None:
             self.parts.append(b"from :%d\n" % parent)
@@ -78,8 +88,11 @@ def cleaned_message(message: str) -> str:
 
 def run_stream(repo: Path, stream: Stream) -> dict[int, str]:
     marks = repo / ".git" / "overlay-marks"
-    gitops.run(["fast-import", "--quiet", "--date-format=rfc2822", f"--export-marks={marks}"], cwd=repo,
-               input=b"".join(stream.parts) + b"done\n")
+    gitops.run(
+        ["fast-import", "--quiet", "--date-format=rfc2822", f"--export-marks={marks}"],
+        cwd=repo,
+        input=b"".join(stream.parts) + b"done\n",
+    )
     out = {}
     for line in marks.read_text().splitlines():
         mark, sha = line.split()
@@ -91,7 +104,14 @@ def run_stream(repo: Path, stream: Stream) -> dict[int, str]:
 def import_tree(repo: Path, files: dict[str, bytes], message: str) -> str:
     """Commit ``files`` as a root commit with the tool's fixed identity: the commit ``overlay checkout`` makes."""
     stream = Stream()
-    mark = stream.commit("refs/overlay/import", author=tool_ident(), author_date=BASE_DATE, committer=tool_ident(),
-                         committer_date=BASE_DATE, message=cleaned_message(message), parent=None,
-                         changes=whole_tree(stream, files))
+    mark = stream.commit(
+        "refs/overlay/import",
+        author=tool_ident(),
+        author_date=BASE_DATE,
+        committer=tool_ident(),
+        committer_date=BASE_DATE,
+        message=cleaned_message(message),
+        parent=None,
+        changes=whole_tree(stream, files),
+    )
     return run_stream(repo, stream)[mark]

@@ -38,23 +38,25 @@ TOOL_IDENTITY = {
 
 # The caller's GIT_* variables that survive: how to reach a remote (ssh, proxies, TLS, credentials prompts), where
 # git's own helpers live, and tracing. Nothing here names a repository, an index, an object store or config values.
-KEPT_ENV = frozenset({
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_SSH_VARIANT",
-    "GIT_PROXY_COMMAND",
-    "GIT_ASKPASS",
-    "GIT_TERMINAL_PROMPT",
-    "GIT_SSL_CAINFO",
-    "GIT_SSL_CAPATH",
-    "GIT_SSL_NO_VERIFY",
-    "GIT_HTTP_USER_AGENT",
-    "GIT_HTTP_LOW_SPEED_LIMIT",
-    "GIT_HTTP_LOW_SPEED_TIME",
-    "GIT_CURL_VERBOSE",
-    "GIT_EXEC_PATH",
-    "GIT_CONFIG_GLOBAL",  # an explicit choice of the user (network settings); FORCED_CONFIG still wins over it
-})
+KEPT_ENV = frozenset(
+    {
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_SSH_VARIANT",
+        "GIT_PROXY_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_SSL_CAINFO",
+        "GIT_SSL_CAPATH",
+        "GIT_SSL_NO_VERIFY",
+        "GIT_HTTP_USER_AGENT",
+        "GIT_HTTP_LOW_SPEED_LIMIT",
+        "GIT_HTTP_LOW_SPEED_TIME",
+        "GIT_CURL_VERBOSE",
+        "GIT_EXEC_PATH",
+        "GIT_CONFIG_GLOBAL",  # an explicit choice of the user (network settings); FORCED_CONFIG still wins over it
+    }
+)
 _KEPT_PREFIXES = ("GIT_TRACE",)
 
 # Config the tool sets on every call; `-c` wins over every config file (system, global, the repository's own).
@@ -175,7 +177,9 @@ def init(path: Path) -> None:
     run(["config", "core.autocrlf", "false"], cwd=path)
 
 
-def commit_all(path: Path, message: str, *, env: dict[str, str] | None = None, allow_empty: bool = False) -> str:
+def commit_all(
+    path: Path, message: str, *, env: dict[str, str] | None = None, allow_empty: bool = False
+) -> str:
     """Commit everything; the identity comes from ``env`` (default: the tool's fixed identity)."""
     env = {**TOOL_IDENTITY, **(env or {})}
     run(["add", "-A", "-f", "--", "."], cwd=path)
@@ -187,7 +191,9 @@ def commit_all(path: Path, message: str, *, env: dict[str, str] | None = None, a
 
 
 def rev_parse(path: Path, rev: str) -> str | None:
-    proc = run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], cwd=path, check=False)
+    proc = run(
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], cwd=path, check=False
+    )
     return proc.stdout.decode().strip() if proc.returncode == 0 else None
 
 
@@ -230,8 +236,7 @@ def clone_or_update_mirror(url: str, mirror: Path, commit: str) -> None:
             run(["fetch", "--quiet", "--", url, commit], cwd=mirror, check=False)
     if rev_parse(mirror, commit) is None:
         raise UsageError(
-            f"commit {commit} is not in {url}",
-            tip="check upstream.commit in the manifest, or pass --commit",
+            f"commit {commit} is not in {url}", tip="check upstream.commit in the manifest, or pass --commit"
         )
 
 
@@ -239,7 +244,9 @@ def checkout_tree(mirror: Path, commit: str, dest: Path) -> None:
     """A clean work tree of ``commit`` at ``dest`` (a clone sharing the mirror's objects)."""
     resolved = rev_parse(mirror, commit)
     if resolved is None:
-        raise UsageError(f"commit {commit!r} is not in {mirror}", tip="check upstream.commit in the manifest, or --commit")
+        raise UsageError(
+            f"commit {commit!r} is not in {mirror}", tip="check upstream.commit in the manifest, or --commit"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     run(["clone", "--quiet", "--shared", "--no-checkout", "--", str(mirror), str(dest)], cwd=dest.parent)
     run(["checkout", "--quiet", "--detach", resolved], cwd=dest)

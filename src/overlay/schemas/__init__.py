@@ -59,8 +59,12 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
                 if get_origin(hint) is NotRequired:
                     (hint,) = get_args(hint)
                 props[key] = _schema(hint, defs)
-            defs[name] = {"type": "object", "properties": props, "required": sorted(tp.__required_keys__),
-                          "additionalProperties": False}
+            defs[name] = {
+                "type": "object",
+                "properties": props,
+                "required": sorted(tp.__required_keys__),
+                "additionalProperties": False,
+            }
             if tp.__doc__ and not tp.__doc__.startswith(name + "("):
                 defs[name]["description"] = " ".join(tp.__doc__.split())
         return {"$ref": f"#/$defs/{name}"}
@@ -73,8 +77,13 @@ def generate(name: str) -> dict[str, Any]:
     root = _schema(DOCUMENTS[name], defs)
     top = root["$ref"].rsplit("/", 1)[1]
     body = defs.pop(top)
-    return {"$schema": DRAFT, "$id": f"https://overlay.invalid/schemas/{name}.schema.json", "title": top, **body,
-            "$defs": dict(sorted(defs.items()))}
+    return {
+        "$schema": DRAFT,
+        "$id": f"https://overlay.invalid/schemas/{name}.schema.json",
+        "title": top,
+        **body,
+        "$defs": dict(sorted(defs.items())),
+    }
 
 
 def render(name: str) -> str:

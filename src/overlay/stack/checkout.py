@@ -25,12 +25,7 @@ from overlay.core.patching import DirTree, apply_patch
 from overlay.core.series import Patch, load_engine_series
 from overlay.core.wheels import read_wheel, repo_layout_files
 from overlay.errors import ConfigError, UsageError
-from overlay.fsutil import (
-    atomic_write_text,
-    owned_scratch,
-    publish_dir,
-    read_json_state,
-)
+from overlay.fsutil import atomic_write_text, owned_scratch, publish_dir, read_json_state
 from overlay.git import ops as gitops
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
@@ -76,8 +71,10 @@ def read_state(worktree: Path, *, engine: str | None = None) -> dict[str, Any]:
             tip="run `overlay checkout ENGINE` first",
         )
     name = engine or "ENGINE"
-    tip = (f"`overlay checkout {name} --force` makes the worktree again from patches/{name} (its commits that refresh "
-           "has not written back are lost: save them with `git format-patch` first)")
+    tip = (
+        f"`overlay checkout {name} --force` makes the worktree again from patches/{name} (its commits that refresh "
+        "has not written back are lost: save them with `git format-patch` first)"
+    )
     data = read_json_state(path, what="checkout state", tip=tip)
     problem = _checkout_state_problem(data)
     if problem:
@@ -98,7 +95,8 @@ def _checkout_state_problem(data: Any) -> str:
         return f"'upto' is {data.get('upto')!r}, expected a number or null"
     patches = data.get("patches")
     if not isinstance(patches, list) or not all(
-        isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("commit", "name", "sha256")) for e in patches
+        isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("commit", "name", "sha256"))
+        for e in patches
     ):
         return "'patches' is not a list of {commit, name, sha256} strings"
     rest = data.get("rest", [])
@@ -107,13 +105,17 @@ def _checkout_state_problem(data: Any) -> str:
     return ""
 
 
-def base_tree_files(root: Path, manifest: Manifest, *, offline: bool = False, reporter: Reporter | None = None) -> dict[str, bytes]:
+def base_tree_files(
+    root: Path, manifest: Manifest, *, offline: bool = False, reporter: Reporter | None = None
+) -> dict[str, bytes]:
     """The pinned wheel's files (dist-info excluded) at git-repository-root paths."""
     artifact = manifest.upstream.primary
     if not artifact.is_wheel:
         raise UsageError(f"{manifest.name}: checkout needs a wheel pin, {artifact.filename} is an sdist")
-    contents = read_wheel(fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter),
-                          policy=member_policy(manifest))
+    contents = read_wheel(
+        fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter),
+        policy=member_policy(manifest),
+    )
     return repo_layout_files(contents, manifest.upstream.package_root)
 
 
@@ -152,7 +154,11 @@ def commit_as_patch(repo: Path, patch: Patch) -> str:
     message = patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n"
     msg_file = repo / ".git" / "OVERLAY_MSG"
     msg_file.write_text(message, encoding="utf-8")
-    gitops.run(["commit", "-q", "--no-verify", "--allow-empty", "--cleanup=verbatim", "-F", str(msg_file)], cwd=repo, env=env)
+    gitops.run(
+        ["commit", "-q", "--no-verify", "--allow-empty", "--cleanup=verbatim", "-F", str(msg_file)],
+        cwd=repo,
+        env=env,
+    )
     msg_file.unlink()
     return gitops.out(["rev-parse", "HEAD"], cwd=repo)
 
@@ -171,11 +177,23 @@ def checkout(
     """Make the worktree (see the module docstring), holding the engine's lock; an interrupted refresh is rolled back
     first."""
     load_engine(root, engine)
-    with engine_lock(root, engine, command=f"overlay checkout {engine}" + (" --force" if force else ""), wait=wait,
-                     reporter=reporter):
+    with engine_lock(
+        root,
+        engine,
+        command=f"overlay checkout {engine}" + (" --force" if force else ""),
+        wait=wait,
+        reporter=reporter,
+    ):
         recover_refresh(root, engine, reporter=reporter)
-        return _checkout(root=root, engine=engine, worktree=worktree, upto=upto, force=force, offline=offline,
-                         reporter=reporter)
+        return _checkout(
+            root=root,
+            engine=engine,
+            worktree=worktree,
+            upto=upto,
+            force=force,
+            offline=offline,
+            reporter=reporter,
+        )
 
 
 def _checkout(
@@ -197,7 +215,8 @@ def _checkout(
     if worktree.exists() and any(worktree.iterdir()) and not force:
         dirty = gitops.status_paths(worktree) if (worktree / ".git").is_dir() else ["(not a git repository)"]
         raise UsageError(
-            f"{worktree} already exists" + (f" and has uncommitted changes ({len(dirty)} paths)" if dirty else ""),
+            f"{worktree} already exists"
+            + (f" and has uncommitted changes ({len(dirty)} paths)" if dirty else ""),
             tip=f"keep working there and `overlay refresh {engine}`, or pass --force to recreate it (discards its commits)",
         )
     files = base_tree_files(root, manifest, offline=offline, reporter=reporter)
@@ -219,7 +238,7 @@ def _checkout(
             "base": base,
             "upto": upto,
             "patches": [{"commit": c, "name": n, "sha256": p.sha256} for (c, n), p in zip(commits, patches)],
-            "rest": [p.name for p in series.patches[len(patches):]],
+            "rest": [p.name for p in series.patches[len(patches) :]],
         }
         atomic_write_text(_state_path(repo), json.dumps(state, indent=2) + "\n")
         # the old worktree (--force) is moved aside, not deleted, until the new one is in place
@@ -251,5 +270,3 @@ def export_patches(repo: Path, base: str, out: Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------ the refresh transaction
-
-

@@ -5,10 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from overlay.fsutil import (
-    LockHolder,
-    exclusive_lock,
-)
+from overlay.fsutil import LockHolder, exclusive_lock
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 

@@ -16,20 +16,11 @@ from overlay.core.inputs import read_inside
 from overlay.core.manifest import Manifest, load_engine
 from overlay.core.series import load_engine_series, parse_patch_bytes
 from overlay.errors import ConfigError, UsageError
-from overlay.fsutil import (
-    owned_scratch,
-    sha256_bytes,
-)
+from overlay.fsutil import owned_scratch, sha256_bytes
 from overlay.git import ops as gitops
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
-from overlay.stack.checkout import (
-    _state_path,
-    base_tree_files,
-    default_worktree,
-    export_patches,
-    read_state,
-)
+from overlay.stack.checkout import _state_path, base_tree_files, default_worktree, export_patches, read_state
 from overlay.stack.locks import engine_lock
 from overlay.stack.transaction import publish_changes, recover_refresh, refresh_txn_dir
 
@@ -40,7 +31,9 @@ class RefreshResult:
     kept: tuple[str, ...]  # patch files left byte-identical (possibly renamed)
     removed: tuple[str, ...]
     series_changed: bool
-    warnings: tuple[str, ...] = ()  # Overlay-Requires that the new order or a removed patch broke (lint refuses them)
+    warnings: tuple[
+        str, ...
+    ] = ()  # Overlay-Requires that the new order or a removed patch broke (lint refuses them)
 
 
 def refresh(
@@ -62,14 +55,18 @@ def refresh(
     """
     load_engine(root, engine)
     if dry_run:
-        return _refresh(root=root, engine=engine, worktree=worktree, force=force, dry_run=True, reporter=reporter)
+        return _refresh(
+            root=root, engine=engine, worktree=worktree, force=force, dry_run=True, reporter=reporter
+        )
     with engine_lock(root, engine, command=f"overlay refresh {engine}", wait=wait, reporter=reporter):
         recover_refresh(root, engine, reporter=reporter)
-        return _refresh(root=root, engine=engine, worktree=worktree, force=force, dry_run=False, reporter=reporter)
+        return _refresh(
+            root=root, engine=engine, worktree=worktree, force=force, dry_run=False, reporter=reporter
+        )
 
 
 def _refresh(
-    *, root: Path, engine: str, worktree: Path | None, force: bool, dry_run: bool, reporter: Reporter | None,
+    *, root: Path, engine: str, worktree: Path | None, force: bool, dry_run: bool, reporter: Reporter | None
 ) -> RefreshResult:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
@@ -98,7 +95,10 @@ def _refresh(
     commits = gitops.out(["rev-list", "--reverse", f"{base}..HEAD"], cwd=worktree).split()
     merges = gitops.out(["rev-list", "--merges", f"{base}..HEAD"], cwd=worktree).split()
     if merges:
-        raise UsageError(f"{worktree}: merge commits cannot become patches ({merges[0][:12]})", tip="linearise with git rebase")
+        raise UsageError(
+            f"{worktree}: merge commits cannot become patches ({merges[0][:12]})",
+            tip="linearise with git rebase",
+        )
     with owned_scratch(layout(root).tmp, f"refresh-{engine}") as scratch:
         exported = export_patches(worktree, base, scratch / "out") if commits else []
         if len(exported) != len(commits):
@@ -111,7 +111,9 @@ def _refresh(
                 data = old_bytes[known[commit]]
                 slug = known[commit][5:]
             name = f"{idx:04d}-{slug}"
-            parse_patch_bytes(data, name=name, where=f"commit {commit[:12]}")  # refuse what we could not read back
+            parse_patch_bytes(
+                data, name=name, where=f"commit {commit[:12]}"
+            )  # refuse what we could not read back
             new_files.append((name, data, commit in known))
         offset = len(new_files)
         for j, rest_name in enumerate(state.get("rest", []), start=1):
@@ -130,7 +132,7 @@ def _refresh(
         new_state["patches"] = [
             {"commit": c, "name": n, "sha256": sha256_bytes(d)} for c, (n, d, _k) in zip(commits, new_files)
         ]
-        new_state["rest"] = [n for n, _d, _k in new_files[len(commits):]] if state.get("rest") else []
+        new_state["rest"] = [n for n, _d, _k in new_files[len(commits) :]] if state.get("rest") else []
         new_state["upto"] = None
         changes: list[tuple[Path, bytes | None]] = []
         for name, data, _k in new_files:
@@ -142,18 +144,24 @@ def _refresh(
             changes.append((series_dir / "series", series_text.encode("utf-8")))
         changes.append((_state_path(worktree), (json.dumps(new_state, indent=2) + "\n").encode("utf-8")))
         publish_changes(refresh_txn_dir(root, engine), engine, changes)
-    reporter.step("git", f"refresh: {len(written)} written, {len(removed)} removed, series {'changed' if series_text != old_text else 'unchanged'}")
+    reporter.step(
+        "git",
+        f"refresh: {len(written)} written, {len(removed)} removed, series {'changed' if series_text != old_text else 'unchanged'}",
+    )
     from overlay.core.lint import requires_warnings
 
     warnings = requires_warnings([parse_patch_bytes(d, name=n) for n, d, _k in new_files])
-    return RefreshResult(written=written, kept=kept, removed=removed, series_changed=series_text != old_text,
-                         warnings=warnings)
+    return RefreshResult(
+        written=written, kept=kept, removed=removed, series_changed=series_text != old_text, warnings=warnings
+    )
 
 
 def _base_problems(worktree: Path, base: str, state: dict[str, Any], manifest: Manifest) -> str:
     if state.get("upstream") != manifest.upstream.version:
-        return (f"{worktree} was checked out at {manifest.name} {state.get('upstream')}, but the manifest now pins "
-                f"{manifest.upstream.version}")
+        return (
+            f"{worktree} was checked out at {manifest.name} {state.get('upstream')}, but the manifest now pins "
+            f"{manifest.upstream.version}"
+        )
     if gitops.rev_parse(worktree, base) is None:
         return f"{worktree}: the base commit {base[:12]} is gone"
     roots = gitops.out(["rev-list", "--max-parents=0", "HEAD"], cwd=worktree).split()
@@ -169,9 +177,11 @@ def _base_tree_problem(root: Path, worktree: Path, base: str, manifest: Manifest
     expected = tree_id(base_tree_files(root, manifest))
     found = gitops.out(["rev-parse", f"{base}^{{tree}}"], cwd=worktree)
     if found != expected:
-        return (f"{worktree}: the base commit {base[:12]} does not hold the pinned artifact's tree "
-                f"({manifest.upstream.primary.filename}, sha256 {manifest.upstream.primary.sha256[:16]}...): "
-                f"tree {found[:12]}, expected {expected[:12]}")
+        return (
+            f"{worktree}: the base commit {base[:12]} does not hold the pinned artifact's tree "
+            f"({manifest.upstream.primary.filename}, sha256 {manifest.upstream.primary.sha256[:16]}...): "
+            f"tree {found[:12]}, expected {expected[:12]}"
+        )
     return ""
 
 
@@ -181,6 +191,9 @@ def _series_text(path: Path, manifest: Manifest, names: list[str]) -> str:
     from overlay.core.series import render_series
 
     old = path.read_text(encoding="utf-8")
-    header = old.splitlines()[0] if old.strip() else \
-        f"# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}"
+    header = (
+        old.splitlines()[0]
+        if old.strip()
+        else f"# base: {manifest.name} {manifest.upstream.version} {manifest.upstream.commit or '-'}"
+    )
     return render_series(old, header=header, names=names)

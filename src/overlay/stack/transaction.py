@@ -8,13 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from overlay.errors import ConfigError
-from overlay.fsutil import (
-    atomic_write_bytes,
-    atomic_write_json,
-    new_file_mode,
-    publish_file,
-    read_json_state,
-)
+from overlay.fsutil import atomic_write_bytes, atomic_write_json, new_file_mode, publish_file, read_json_state
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 
@@ -50,7 +44,9 @@ def publish_changes(txn: Path, engine: str, changes: list[tuple[Path, bytes | No
             if data is not None:
                 atomic_write_bytes(staged / key, data, mode=new_file_mode(target))
             entries.append({"path": str(target), "key": key, "backup": had, "remove": data is None})
-        atomic_write_json(txn / JOURNAL, {"version": 1, "engine": engine, "status": "publishing", "targets": entries})
+        atomic_write_json(
+            txn / JOURNAL, {"version": 1, "engine": engine, "status": "publishing", "targets": entries}
+        )
         journal_written = True
         for e in entries:
             target = Path(e["path"])
@@ -62,7 +58,9 @@ def publish_changes(txn: Path, engine: str, changes: list[tuple[Path, bytes | No
     except BaseException:
         undone = not journal_written
         if journal_written:
-            with contextlib.suppress(Exception):  # when undoing fails too, the journal stays: the next run rolls back
+            with contextlib.suppress(
+                Exception
+            ):  # when undoing fails too, the journal stays: the next run rolls back
                 rollback_changes(txn, entries)
                 undone = True
         if undone:
@@ -102,17 +100,21 @@ def recover_refresh(root: Path, engine: str, *, reporter: Reporter | None = None
     journal = txn / JOURNAL
     restored: list[str] = []
     if journal.is_file():
-        tip = (f"the files it replaced are in {txn / 'backup'}; put back what you need by hand, then remove {txn}")
+        tip = f"the files it replaced are in {txn / 'backup'}; put back what you need by hand, then remove {txn}"
         data = read_json_state(journal, what="refresh journal", tip=tip)
         entries = data.get("targets") if isinstance(data, dict) else None
         if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("key"), str)
-            and isinstance(e.get("backup"), bool) for e in entries
+            isinstance(e, dict)
+            and isinstance(e.get("path"), str)
+            and isinstance(e.get("key"), str)
+            and isinstance(e.get("backup"), bool)
+            for e in entries
         ):
             raise ConfigError(f"refresh journal {journal} has the wrong shape (no list of targets)", tip=tip)
         restored = rollback_changes(txn, entries)
         (reporter or NullReporter()).step(
-            "git", f"refresh: rolled back an interrupted refresh of {engine} ({len(restored)} files put back)")
+            "git", f"refresh: rolled back an interrupted refresh of {engine} ({len(restored)} files put back)"
+        )
     shutil.rmtree(txn)
     return tuple(restored)
 

@@ -21,9 +21,7 @@ from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from overlay.core.manifest import (
-    artifact_name_parts,
-)
+from overlay.core.manifest import artifact_name_parts
 from overlay.errors import ConfigError, ExternalCommandError, IntegrityError
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -82,10 +80,14 @@ def pip_sources(config_list: str) -> PipSources:
 
 
 def configured_sources() -> PipSources:
-    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
-        raise ExternalCommandError(f"`pip config list` failed: {proc.stderr.strip()[-500:]}",
-                                   tip="check that pip runs in this environment (python -m pip --version)")
+        raise ExternalCommandError(
+            f"`pip config list` failed: {proc.stderr.strip()[-500:]}",
+            tip="check that pip runs in this environment (python -m pip --version)",
+        )
     return pip_sources(proc.stdout)
 
 
@@ -106,11 +108,23 @@ def parse_project_page(body: bytes, *, content_type: str, base_url: str) -> list
     if content_type.split(";")[0].strip() == _JSON_TYPE:
         try:
             data = json.loads(body)
-            entries = [(f["filename"], urllib.parse.urljoin(base_url, f["url"]), f.get("hashes", {}).get("sha256"),
-                        bool(f.get("yanked"))) for f in data["files"]]
+            entries = [
+                (
+                    f["filename"],
+                    urllib.parse.urljoin(base_url, f["url"]),
+                    f.get("hashes", {}).get("sha256"),
+                    bool(f.get("yanked")),
+                )
+                for f in data["files"]
+            ]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ExternalCommandError(f"{base_url}: not a PEP 691 project page ({type(exc).__name__}: {exc})") from None
-        return [IndexFile(n, u, h if isinstance(h, str) and SHA256.match(h) else None, y) for n, u, h, y in entries]
+            raise ExternalCommandError(
+                f"{base_url}: not a PEP 691 project page ({type(exc).__name__}: {exc})"
+            ) from None
+        return [
+            IndexFile(n, u, h if isinstance(h, str) and SHA256.match(h) else None, y)
+            for n, u, h, y in entries
+        ]
     parser = _Links()
     parser.feed(body.decode("utf-8", "replace"))
     out = []
@@ -132,8 +146,10 @@ def _read_url(url: str, *, accept: str) -> tuple[bytes, str] | None:
             path = path / "index.html"
         return (path.read_bytes(), "text/html") if path.is_file() else None
     if parsed.scheme not in ("http", "https"):
-        raise ConfigError(f"pip's index {url!r} has the scheme {parsed.scheme!r}; only file://, http:// and https://",
-                          tip="check `pip config list`")
+        raise ConfigError(
+            f"pip's index {url!r} has the scheme {parsed.scheme!r}; only file://, http:// and https://",
+            tip="check `pip config list`",
+        )
     req = urllib.request.Request(url, headers={"Accept": accept})
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
@@ -141,13 +157,19 @@ def _read_url(url: str, *, accept: str) -> tuple[bytes, str] | None:
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
-        raise ExternalCommandError(f"the package index answered {exc.code} for {url}",
-                                   tip="check network access to the index (pip config list)") from None
+        raise ExternalCommandError(
+            f"the package index answered {exc.code} for {url}",
+            tip="check network access to the index (pip config list)",
+        ) from None
     except http.client.HTTPException as exc:  # the server answered, but not in HTTP (a wrong port, a proxy)
-        raise ExternalCommandError(f"cannot read {url}: the answer is not HTTP ({type(exc).__name__})",
-                                   tip="check the index URL (pip config list)") from None
+        raise ExternalCommandError(
+            f"cannot read {url}: the answer is not HTTP ({type(exc).__name__})",
+            tip="check the index URL (pip config list)",
+        ) from None
     except (OSError, ValueError) as exc:
-        raise ExternalCommandError(f"cannot read {url}: {exc}", tip="check network access to the index (pip config list)") from None
+        raise ExternalCommandError(
+            f"cannot read {url}: {exc}", tip="check network access to the index (pip config list)"
+        ) from None
 
 
 def index_files(sources: PipSources, distribution: str) -> list[IndexFile]:
@@ -160,10 +182,15 @@ def index_files(sources: PipSources, distribution: str) -> list[IndexFile]:
         if got is not None:
             found += parse_project_page(got[0], content_type=got[1], base_url=page)
     for link in sources.find_links:
-        local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path)) if link.startswith("file:") else (
-            Path(link) if "://" not in link else None)
+        local = (
+            Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path))
+            if link.startswith("file:")
+            else (Path(link) if "://" not in link else None)
+        )
         if local is not None and local.is_dir():
-            found += [IndexFile(p.name, p.resolve().as_uri(), None) for p in sorted(local.iterdir()) if p.is_file()]
+            found += [
+                IndexFile(p.name, p.resolve().as_uri(), None) for p in sorted(local.iterdir()) if p.is_file()
+            ]
         elif local is None:
             got = _read_url(link, accept="text/html")
             if got is not None:
@@ -191,7 +218,8 @@ def release_files(files: list[IndexFile], distribution: str, version: str) -> li
             raise IntegrityError(
                 f"two indexes serve {f.filename} with different contents: sha256 {seen.sha256} ({seen.url}) and "
                 f"{f.sha256} ({f.url})",
-                tip="check the indexes pip is configured with (`pip config list`); pin from the one you trust")
+                tip="check the indexes pip is configured with (`pip config list`); pin from the one you trust",
+            )
     return list(by_name.values())
 
 
@@ -225,5 +253,7 @@ def hash_url(url: str) -> str:
                 for chunk in iter(lambda: resp.read(1 << 20), b""):
                     digest.update(chunk)
     except OSError as exc:
-        raise ExternalCommandError(f"cannot read {url} to hash it (the index gives no sha256): {exc}") from None
+        raise ExternalCommandError(
+            f"cannot read {url} to hash it (the index gives no sha256): {exc}"
+        ) from None
     return digest.hexdigest()

@@ -28,14 +28,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from overlay.core.fetch import fetch_artifact
-from overlay.core.manifest import (
-    Artifact,
-    Manifest,
-    SeriesSpec,
-    Upstream,
-    check_engine_name,
-    load_manifest,
-)
+from overlay.core.manifest import Artifact, Manifest, SeriesSpec, Upstream, check_engine_name, load_manifest
 from overlay.core.series import parse_series_file
 from overlay.errors import UsageError
 from overlay.fsutil import atomic_write_text
@@ -75,16 +68,29 @@ def _metadata(path: Path) -> tuple[email.message.Message, list[str]]:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
             meta = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-            top = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/top_level.txt")), None)
+            top = next(
+                (n for n in names if n.count("/") == 1 and n.endswith(".dist-info/top_level.txt")), None
+            )
             text = zf.read(meta).decode("utf-8", "replace") if meta else ""
-            tops = zf.read(top).decode("utf-8", "replace").split() if top else sorted({
-                n.split("/")[0].removesuffix(".py") for n in names
-                if (n.endswith("/__init__.py") and n.count("/") == 1) or (n.count("/") == 0 and n.endswith(".py"))})
+            tops = (
+                zf.read(top).decode("utf-8", "replace").split()
+                if top
+                else sorted(
+                    {
+                        n.split("/")[0].removesuffix(".py")
+                        for n in names
+                        if (n.endswith("/__init__.py") and n.count("/") == 1)
+                        or (n.count("/") == 0 and n.endswith(".py"))
+                    }
+                )
+            )
         return email.parser.Parser().parsestr(text, headersonly=True), tops
     text = ""
     if path.name.endswith(".tar.gz"):
         with tarfile.open(path) as tf:
-            info = next((m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
+            info = next(
+                (m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None
+            )
             fh = tf.extractfile(info) if info is not None and info.isfile() else None
             text = fh.read().decode("utf-8", "replace") if fh else ""
     return email.parser.Parser().parsestr(text, headersonly=True), []
@@ -113,18 +119,37 @@ def _toml(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
 
 
-def manifest_text(*, engine: str, distribution: str, import_name: str, version: str, git: str, package_root: str,
-                  artifacts: tuple[Artifact, ...]) -> str:
+def manifest_text(
+    *,
+    engine: str,
+    distribution: str,
+    import_name: str,
+    version: str,
+    git: str,
+    package_root: str,
+    artifacts: tuple[Artifact, ...],
+) -> str:
     lines = [
         f"# {distribution} {version}, pinned by `overlay init` from the package index: every file of the release.",
         "# The first wheel is the one `overlay apply` builds from (`--artifact FILE` names another).",
-        "[engine]", f"name = {_toml(engine)}", f"distribution = {_toml(distribution)}",
-        f"import-name = {_toml(import_name)}", "", "[upstream]", f"version = {_toml(version)}", f"git = {_toml(git)}",
+        "[engine]",
+        f"name = {_toml(engine)}",
+        f"distribution = {_toml(distribution)}",
+        f"import-name = {_toml(import_name)}",
+        "",
+        "[upstream]",
+        f"version = {_toml(version)}",
+        f"git = {_toml(git)}",
         "# commit: not established; `overlay pin " + engine + " --commit SHA` checks one and records it.",
         f"package-root = {_toml(package_root)}",
     ]
     for a in artifacts:
-        lines += ["", "[[upstream.artifacts]]", f"filename = {_toml(a.filename)}", f"sha256 = {_toml(a.sha256)}"]
+        lines += [
+            "",
+            "[[upstream.artifacts]]",
+            f"filename = {_toml(a.filename)}",
+            f"sha256 = {_toml(a.sha256)}",
+        ]
     lines += ["", "[series]", f"dir = {_toml('patches/' + engine)}", 'label = "ovl"']
     return "\n".join(lines) + "\n"
 
@@ -152,37 +177,59 @@ def init_repository(
     reporter = reporter or NullReporter()
     check_engine_name(engine)
     if not _ENGINE.match(engine):
-        raise UsageError(f"engine name {engine!r} must be lower-case letters, digits, '.', '_' or '-'",
-                         tip=f"e.g. {engine.lower()!r}")
+        raise UsageError(
+            f"engine name {engine!r} must be lower-case letters, digits, '.', '_' or '-'",
+            tip=f"e.g. {engine.lower()!r}",
+        )
     version = check_version(version)
     distribution = distribution or engine
     manifest_path = root / "overlays" / f"{engine}.toml"
     series_path = root / "patches" / engine / "series"
     for existing in (manifest_path, series_path):
         if existing.exists() or existing.is_symlink():
-            raise UsageError(f"{existing} already exists; init never overwrites a manifest or a series",
-                             tip=f"edit it, or remove it first to start {engine} over")
+            raise UsageError(
+                f"{existing} already exists; init never overwrites a manifest or a series",
+                tip=f"edit it, or remove it first to start {engine} over",
+            )
     if root.exists() and not root.is_dir():
         raise UsageError(f"--root {root} is not a folder")
     sources = sources or configured_sources()
     root.mkdir(parents=True, exist_ok=True)
-    reporter.step("fetch", f"{distribution} {version}: listing the release's files ({', '.join(sources.pages) or 'no index'})")
+    reporter.step(
+        "fetch",
+        f"{distribution} {version}: listing the release's files ({', '.join(sources.pages) or 'no index'})",
+    )
     files = release_files(index_files(sources, distribution), distribution, version)
     yanked = tuple(sorted(f.filename for f in files if f.yanked))
     files = [f for f in files if not f.yanked]
     if not files:
         raise UsageError(
-            f"the package index has no files of {distribution} {version}" + (f" (yanked: {', '.join(yanked)})" if yanked else ""),
+            f"the package index has no files of {distribution} {version}"
+            + (f" (yanked: {', '.join(yanked)})" if yanked else ""),
             tip=f"check the name and version (`pip index versions {distribution}`); --distribution NAME when it "
-            "differs from the engine name")
+            "differs from the engine name",
+        )
     by_name = {f.filename: f for f in files}
-    artifacts = tuple(Artifact(filename=n, sha256=by_name[n].sha256 or hash_url(by_name[n].url))
-                      for n in order_artifacts(list(by_name)))
+    artifacts = tuple(
+        Artifact(filename=n, sha256=by_name[n].sha256 or hash_url(by_name[n].url))
+        for n in order_artifacts(list(by_name))
+    )
     reporter.step("fetch", f"{len(artifacts)} files; primary {artifacts[0].filename}")
-    draft = Manifest(path=manifest_path, name=engine, distribution=distribution, import_name=import_name or "-",
-                     upstream=Upstream(version=version, git=git or "-", tag=None, commit=None,
-                                       package_root=package_root.strip("/"), artifacts=artifacts),
-                     series=SeriesSpec(dir=f"patches/{engine}", label="ovl"))
+    draft = Manifest(
+        path=manifest_path,
+        name=engine,
+        distribution=distribution,
+        import_name=import_name or "-",
+        upstream=Upstream(
+            version=version,
+            git=git or "-",
+            tag=None,
+            commit=None,
+            package_root=package_root.strip("/"),
+            artifacts=artifacts,
+        ),
+        series=SeriesSpec(dir=f"patches/{engine}", label="ovl"),
+    )
     primary = fetch_artifact(root, draft, artifacts[0], reporter=reporter)  # through pip, hash checked
     meta, tops = _metadata(primary)
     if import_name is None:
@@ -191,11 +238,21 @@ def init_repository(
     if git is None:
         git = git_url_from(meta)
         if git is None:
-            raise UsageError(f"{artifacts[0].filename}'s metadata names no source repository on a known forge "
-                             f"({', '.join(_FORGES)})", tip="pass --git URL (the upstream repository)")
+            raise UsageError(
+                f"{artifacts[0].filename}'s metadata names no source repository on a known forge "
+                f"({', '.join(_FORGES)})",
+                tip="pass --git URL (the upstream repository)",
+            )
     gitops.check_url(git, what="--git")
-    text = manifest_text(engine=engine, distribution=distribution, import_name=import_name, version=version, git=git,
-                         package_root=package_root.strip("/"), artifacts=artifacts)
+    text = manifest_text(
+        engine=engine,
+        distribution=distribution,
+        import_name=import_name,
+        version=version,
+        git=git,
+        package_root=package_root.strip("/"),
+        artifacts=artifacts,
+    )
     written: list[Path] = []
     initialized = not _in_git_repository(root)
     if initialized:
@@ -211,17 +268,32 @@ def init_repository(
         written.append(gitignore)
     load_manifest(manifest_path, root=root)  # what we wrote reads back as a valid manifest and series
     parse_series_file(series_path, root=root)
-    return InitResult(root=root, engine=engine, distribution=distribution, version=version, import_name=import_name,
-                      git=git, artifacts=artifacts, written=tuple(written), git_initialized=initialized,
-                      skipped_yanked=yanked)
+    return InitResult(
+        root=root,
+        engine=engine,
+        distribution=distribution,
+        version=version,
+        import_name=import_name,
+        git=git,
+        artifacts=artifacts,
+        written=tuple(written),
+        git_initialized=initialized,
+        skipped_yanked=yanked,
+    )
 
 
 def describe(result: InitResult) -> dict[str, Any]:
     """The JSON form (``--json``)."""
     return {
-        "version": 1, "engine": result.engine, "distribution": result.distribution, "upstream": result.version,
-        "import_name": result.import_name, "git": result.git, "root": str(result.root),
+        "version": 1,
+        "engine": result.engine,
+        "distribution": result.distribution,
+        "upstream": result.version,
+        "import_name": result.import_name,
+        "git": result.git,
+        "root": str(result.root),
         "artifacts": [{"filename": a.filename, "sha256": a.sha256} for a in result.artifacts],
         "written": [str(p.relative_to(result.root)) for p in result.written],
-        "git_initialized": result.git_initialized, "skipped_yanked": list(result.skipped_yanked),
+        "git_initialized": result.git_initialized,
+        "skipped_yanked": list(result.skipped_yanked),
     }

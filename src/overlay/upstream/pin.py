@@ -90,24 +90,31 @@ def pin_commit(
     load_engine(root, engine)
     if dry_run:
         return _pin(root=root, engine=engine, commit=commit, git=git, dry_run=True, reporter=reporter)
-    with engine_lock(root, engine, command=f"overlay pin {engine} --commit {commit}", wait=wait, reporter=reporter):
+    with engine_lock(
+        root, engine, command=f"overlay pin {engine} --commit {commit}", wait=wait, reporter=reporter
+    ):
         recover_refresh(root, engine, reporter=reporter)
         return _pin(root=root, engine=engine, commit=commit, git=git, dry_run=False, reporter=reporter)
 
 
-def _pin(*, root: Path, engine: str, commit: str, git: str | None, dry_run: bool,
-         reporter: Reporter | None) -> PinResult:
+def _pin(
+    *, root: Path, engine: str, commit: str, git: str | None, dry_run: bool, reporter: Reporter | None
+) -> PinResult:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
     commit = commit.strip().lower()
     if not _SHA.fullmatch(commit):
-        raise UsageError(f"--commit {commit!r} is not a full 40-hex git commit id",
-                         tip="give the full id (`git rev-parse TAG^{commit}` in a clone of upstream)")
+        raise UsageError(
+            f"--commit {commit!r} is not a full 40-hex git commit id",
+            tip="give the full id (`git rev-parse TAG^{commit}` in a clone of upstream)",
+        )
     _refuse_rebase_in_progress(root, engine)
     artifact = manifest.upstream.primary
     if not artifact.is_wheel:
-        raise UsageError(f"{engine}: pin compares the commit with a wheel, {artifact.filename} is an sdist",
-                         tip="pin a wheel of the release in [[upstream.artifacts]]")
+        raise UsageError(
+            f"{engine}: pin compares the commit with a wheel, {artifact.filename} is an sdist",
+            tip="pin a wheel of the release in [[upstream.artifacts]]",
+        )
     series_path = manifest.series_dir(root) / "series"
     old_series = _series_text(root, series_path)
     sf = parse_series_file(series_path, root=root)
@@ -117,8 +124,10 @@ def _pin(*, root: Path, engine: str, commit: str, git: str | None, dry_run: bool
             f"{engine} {manifest.upstream.version}",
             tip="rebase the series (`overlay rebase`) or fix the `# base:` line first",
         )
-    url = gitops.check_url(git if git is not None else manifest.upstream.git,
-                           what="--git" if git is not None else f"{manifest.path.name}: upstream.git")
+    url = gitops.check_url(
+        git if git is not None else manifest.upstream.git,
+        what="--git" if git is not None else f"{manifest.path.name}: upstream.git",
+    )
     source = _source(url)
     mirror = git_mirror_path(root, source)
     reporter.step("git", f"fetching {commit[:12]} from {source}")
@@ -137,21 +146,39 @@ def _pin(*, root: Path, engine: str, commit: str, git: str | None, dry_run: bool
             "or check --git and upstream.package-root; nothing was written",
         )
     n_py = sum(1 for p in files if _is_python(p))
-    reporter.step("git", f"{where}: {n_py} Python files equal {artifact.filename}"
-                  + (f"; {len(other)} other file(s) differ (information)" if other else ""))
+    reporter.step(
+        "git",
+        f"{where}: {n_py} Python files equal {artifact.filename}"
+        + (f"; {len(other)} other file(s) differ (information)" if other else ""),
+    )
     manifest_text = edited_pin(manifest, commit=commit, git=git)
-    series_text = render_series(old_series, header=f"# base: {engine} {manifest.upstream.version} {commit}",
-                                names=sf.names)
+    series_text = render_series(
+        old_series, header=f"# base: {engine} {manifest.upstream.version} {commit}", names=sf.names
+    )
     old_manifest = manifest.path.read_text(encoding="utf-8")
-    changes = [(p, old, new) for p, old, new in ((series_path, old_series, series_text),
-                                                 (manifest.path, old_manifest, manifest_text)) if old != new]
+    changes = [
+        (p, old, new)
+        for p, old, new in (
+            (series_path, old_series, series_text),
+            (manifest.path, old_manifest, manifest_text),
+        )
+        if old != new
+    ]
     if not dry_run:
         _write_all(changes)
     return PinResult(
-        engine=engine, version=manifest.upstream.version, commit=commit,
-        git=git if git is not None else manifest.upstream.git, artifact=artifact.filename, python_files=n_py,
-        other_files=len(files) - n_py, other_differences=tuple(other), written=tuple(p for p, _o, _n in changes),
-        manifest_text=manifest_text, series_text=series_text, dry_run=dry_run,
+        engine=engine,
+        version=manifest.upstream.version,
+        commit=commit,
+        git=git if git is not None else manifest.upstream.git,
+        artifact=artifact.filename,
+        python_files=n_py,
+        other_files=len(files) - n_py,
+        other_differences=tuple(other),
+        written=tuple(p for p, _o, _n in changes),
+        manifest_text=manifest_text,
+        series_text=series_text,
+        dry_run=dry_run,
     )
 
 
@@ -159,16 +186,19 @@ def _refuse_rebase_in_progress(root: Path, engine: str) -> None:
     from overlay.upstream.rebase import STATE_FILE, state_dir
 
     if (state_dir(root, engine) / STATE_FILE).is_file():
-        raise UsageError(f"a rebase of {engine} is in progress ({state_dir(root, engine)}); pin would change its base",
-                         tip=f"finish it (`overlay rebase {engine} --continue` / --publish) or --abort it, then pin")
+        raise UsageError(
+            f"a rebase of {engine} is in progress ({state_dir(root, engine)}); pin would change its base",
+            tip=f"finish it (`overlay rebase {engine} --continue` / --publish) or --abort it, then pin",
+        )
 
 
 def _series_text(root: Path, path: Path) -> str:
     try:
         return read_inside(root, path, what="series file").decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist",
-                          tip="create it with `# base: ENGINE VERSION COMMIT` as its first line") from None
+        raise ConfigError(
+            f"{path} does not exist", tip="create it with `# base: ENGINE VERSION COMMIT` as its first line"
+        ) from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8", tip="save series as UTF-8") from None
 
@@ -179,8 +209,10 @@ def _source(url: str) -> str:
         return url
     local = Path(url).expanduser()
     if not local.exists():
-        raise UsageError(f"git source {url!r} is neither a URL nor an existing path",
-                         tip="pass --git URL (https://..., ssh://...) or the path of a clone")
+        raise UsageError(
+            f"git source {url!r} is neither a URL nor an existing path",
+            tip="pass --git URL (https://..., ssh://...) or the path of a clone",
+        )
     return str(local.resolve())
 
 
@@ -221,8 +253,9 @@ def _blob_oid(data: bytes, *, length: int) -> str:
     return blob_id(data)
 
 
-def compare_trees(files: dict[str, bytes], tree: dict[str, TreeEntry], *, package_root: str = ""
-                  ) -> tuple[list[Difference], list[Difference]]:
+def compare_trees(
+    files: dict[str, bytes], tree: dict[str, TreeEntry], *, package_root: str = ""
+) -> tuple[list[Difference], list[Difference]]:
     """``(python, other)``: the differences between the wheel's ``files`` and the commit's ``tree`` (repository paths),
     Python files first (every one a failure), then the other files of the wheel that differ or are missing.
 
@@ -241,7 +274,9 @@ def compare_trees(files: dict[str, bytes], tree: dict[str, TreeEntry], *, packag
         else:
             continue
         (python if _is_python(path) else other).append(Difference(path, kind))
-    shipped = {str(PurePosixPath(p).parent) for p in files} - {str(PurePosixPath(package_root.strip("/") or "."))}
+    shipped = {str(PurePosixPath(p).parent) for p in files} - {
+        str(PurePosixPath(package_root.strip("/") or "."))
+    }
     for path in sorted(tree):
         if _is_python(path) and path not in files and str(PurePosixPath(path).parent) in shipped:
             python.append(Difference(path, "extra"))
@@ -262,7 +297,9 @@ def edited_pin(manifest: Manifest, *, commit: str, git: str | None) -> str:
         probe.write_text(text, encoding="utf-8")
         loaded = load_manifest(probe)
     if loaded.upstream.commit != commit or (git is not None and loaded.upstream.git != git):
-        raise ConfigError(f"{manifest.path}: setting upstream.commit in place did not give {commit}; edit it by hand")
+        raise ConfigError(
+            f"{manifest.path}: setting upstream.commit in place did not give {commit}; edit it by hand"
+        )
     return text
 
 
@@ -277,4 +314,3 @@ def _write_all(changes: list[tuple[Path, str, str]]) -> None:
         for path, old in reversed(done):
             atomic_write_text(path, old)
         raise
-

@@ -22,11 +22,18 @@ from overlay.upstream.releases import resolve_release
 
 
 def location_problems(
-    root: Path, manifest: Manifest, series: Series, version: str, *, offline: bool = False,
+    root: Path,
+    manifest: Manifest,
+    series: Series,
+    version: str,
+    *,
+    offline: bool = False,
     reporter: Reporter | None = None,
 ) -> list[Problem]:
     reporter = reporter or NullReporter()
-    pin = resolve_release(root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter)
+    pin = resolve_release(
+        root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter
+    )
     other = resolve_release(root, manifest, version, primary_only=True, offline=offline, reporter=reporter)
     reporter.step("lint", f"{manifest.name}: hunk locations at {other.version} vs the pin {pin.version}")
     policy = MemberPolicy.of(manifest.upstream.allow_members)
@@ -34,9 +41,20 @@ def location_problems(
     target = read_wheel(other.primary_path, policy=policy).tree.files
     tip = f"see what a rebase would do: `overlay rebase {manifest.name} --to {other.version} --dry-run`"
     try:
-        moves = check_hunk_locations(base, target, series.patches, package_root=manifest.upstream.package_root)
+        moves = check_hunk_locations(
+            base, target, series.patches, package_root=manifest.upstream.package_root
+        )
     except PatchError as exc:
-        return [Problem(manifest.name, None, f"against {other.version}: {exc.message} (offsets allowed, no fuzz, no "
-                        "3-way merge)", "apply", tip)]
-    return [Problem(manifest.name, name, f"against {other.version}: hunk moved: {m.describe()}", "location", tip)
-            for name, m in moves]
+        return [
+            Problem(
+                manifest.name,
+                None,
+                f"against {other.version}: {exc.message} (offsets allowed, no fuzz, no 3-way merge)",
+                "apply",
+                tip,
+            )
+        ]
+    return [
+        Problem(manifest.name, name, f"against {other.version}: hunk moved: {m.describe()}", "location", tip)
+        for name, m in moves
+    ]

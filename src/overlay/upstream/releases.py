@@ -14,10 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import (
-    canonicalize_name,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from overlay.core.fetch import (
@@ -60,7 +57,9 @@ def check_version(version: str) -> str:
     try:
         v = Version(version)
     except ValueError:  # InvalidVersion, or a release number too long for int()
-        raise UsageError(f"{version[:60]!r} is not a PEP 440 version", tip="give a release number, e.g. 0.32.1") from None
+        raise UsageError(
+            f"{version[:60]!r} is not a PEP 440 version", tip="give a release number, e.g. 0.32.1"
+        ) from None
     if v.local is not None:
         raise UsageError(f"{version!r} has a local label; name a public upstream release")
     return str(v)
@@ -108,14 +107,21 @@ def resolve_release(
         is_primary = old == manifest.upstream.primary
         if primary_only and not is_primary:
             continue
-        artifact, path = _resolve_one(root, target, old, url if is_primary else None, offline=offline, reporter=reporter)
+        artifact, path = _resolve_one(
+            root, target, old, url if is_primary else None, offline=offline, reporter=reporter
+        )
         artifacts.append(artifact)
         paths.append(path)
     return Release(version=version, artifacts=tuple(artifacts), paths=tuple(paths), pinned=False)
 
 
 def _record_path(root: Path, manifest: Manifest) -> Path:
-    return cache_dir(root) / "releases" / canonicalize_name(manifest.distribution) / f"{manifest.upstream.version}.json"
+    return (
+        cache_dir(root)
+        / "releases"
+        / canonicalize_name(manifest.distribution)
+        / f"{manifest.upstream.version}.json"
+    )
 
 
 def _selection_key(old: Artifact) -> str:
@@ -130,7 +136,12 @@ def _records(path: Path) -> dict[str, dict[str, str]]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))["artifacts"]
-    except (OSError, ValueError, KeyError, TypeError):  # unreadable, not UTF-8, not JSON, not the schema: forget it
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+    ):  # unreadable, not UTF-8, not JSON, not the schema: forget it
         return {}
     if not isinstance(data, dict):
         return {}
@@ -148,7 +159,11 @@ def _remember(root: Path, manifest: Manifest, artifact: Artifact) -> None:
     """Record which file is ``manifest``'s version for the pin's selection (kept after the pin moves on)."""
     path = _record_path(root, manifest)
     records = _records(path)
-    entry = {"filename": artifact.filename, "sha256": artifact.sha256, **({"url": artifact.url} if artifact.url else {})}
+    entry = {
+        "filename": artifact.filename,
+        "sha256": artifact.sha256,
+        **({"url": artifact.url} if artifact.url else {}),
+    }
     key = _selection_key(artifact)
     if records.get(key) != entry:
         records[key] = entry
@@ -202,14 +217,22 @@ def _download_pip(target: Manifest, old: Artifact, scratch: Path, reporter: Repo
         return UsageError(
             f"{target.distribution} {target.upstream.version} is not a release the package index has "
             f"(selected like {old.filename}; versions it offers: {offered})",
-            tip="name one of those versions with --to (see `pip index versions " + target.distribution + "`), "
+            tip="name one of those versions with --to (see `pip index versions "
+            + target.distribution
+            + "`), "
             "or pass --url for a release the index does not have",
         )
 
-    files = pip_download(target, old, out, reporter, what=f"{target.distribution} {target.upstream.version}: "
-                         "downloading through pip", not_found=not_found,
-                         tip=f"check that the package index has {target.distribution} {target.upstream.version} "
-                             f"(`pip index versions {target.distribution}`), or pass --url")
+    files = pip_download(
+        target,
+        old,
+        out,
+        reporter,
+        what=f"{target.distribution} {target.upstream.version}: downloading through pip",
+        not_found=not_found,
+        tip=f"check that the package index has {target.distribution} {target.upstream.version} "
+        f"(`pip index versions {target.distribution}`), or pass --url",
+    )
     if len(files) != 1:
         raise IntegrityError(f"pip downloaded {[p.name for p in files]}; expected exactly one file")
     return files[0]
@@ -221,8 +244,12 @@ def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
     except ValueError as exc:
         raise IntegrityError(f"{filename!r} is not a wheel or sdist file name: {exc}") from None
     if filename.endswith(".whl") != wheel:
-        raise IntegrityError(f"{filename}: expected a{' wheel' if wheel else 'n sdist'} like the pinned artifact")
-    if canonicalize_name(dist) != canonicalize_name(target.distribution) or version != Version(target.upstream.version):
+        raise IntegrityError(
+            f"{filename}: expected a{' wheel' if wheel else 'n sdist'} like the pinned artifact"
+        )
+    if canonicalize_name(dist) != canonicalize_name(target.distribution) or version != Version(
+        target.upstream.version
+    ):
         raise IntegrityError(
             f"{filename} is {dist} {version}, not {target.distribution} {target.upstream.version}",
             tip="check --url / the index",

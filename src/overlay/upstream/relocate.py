@@ -40,7 +40,9 @@ def reverse_patch(patch: Patch) -> Patch:
                 new_start=h.old_start,
                 new_len=h.old_len,
                 section=h.section,
-                lines=tuple(Line(op={"+": "-", "-": "+"}.get(line.op, line.op), text=line.text) for line in h.lines),
+                lines=tuple(
+                    Line(op={"+": "-", "-": "+"}.get(line.op, line.op), text=line.text) for line in h.lines
+                ),
                 header_line=h.header_line,
             )
             for h in fd.hunks
@@ -60,7 +62,9 @@ def reverse_patch(patch: Patch) -> Patch:
     return dataclasses.replace(patch, files=tuple(files))
 
 
-def relocate_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> tuple[Patch, tuple[HunkPlacement, ...]]:
+def relocate_patch(
+    tree: Tree, patch: Patch, *, package_root: str = ""
+) -> tuple[Patch, tuple[HunkPlacement, ...]]:
     """Move every hunk of ``patch`` to where its old lines (context included) match ``tree`` exactly.
 
     Offsets accumulate within a file as GNU patch does; among equally near matches the earlier wins; a hunk never
@@ -85,7 +89,11 @@ def relocate_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> tuple
             expected = list(hunk.old_lines)
             start = hunk.old_start - 1 if hunk.old_len else hunk.old_start
             want = start + delta
-            found = index.nearest(expected, want, cursor) if expected else (want if cursor <= want <= len(lines) else None)
+            found = (
+                index.nearest(expected, want, cursor)
+                if expected
+                else (want if cursor <= want <= len(lines) else None)
+            )
             if found is None:
                 raise PatchError(
                     f"patch {patch.name}: {fd.old_path}, hunk #{number} (@@ -{hunk.old_start},{hunk.old_len} @@) "
@@ -95,7 +103,11 @@ def relocate_patch(tree: Tree, patch: Patch, *, package_root: str = "") -> tuple
             cursor = found + len(expected)
             new_old_start = found + 1 if hunk.old_len else found
             shift = new_old_start - hunk.old_start
-            placements.append(HunkPlacement(path=fd.old_path, index=number, old_start=hunk.old_start, found_start=new_old_start))
+            placements.append(
+                HunkPlacement(
+                    path=fd.old_path, index=number, old_start=hunk.old_start, found_start=new_old_start
+                )
+            )
             moved.append(dataclasses.replace(hunk, old_start=new_old_start, new_start=hunk.new_start + shift))
         files.append(dataclasses.replace(fd, hunks=tuple(moved)))
     return dataclasses.replace(patch, files=tuple(files)), tuple(placements)
@@ -112,11 +124,7 @@ class _LineIndex:
 
     def nearest(self, expected: list[bytes], want: int, lowest: int) -> int | None:
         n = len(expected)
-        hits = [
-            i
-            for i in self.at.get(expected[0], ())
-            if i >= lowest and self.lines[i : i + n] == expected
-        ]
+        hits = [i for i in self.at.get(expected[0], ()) if i >= lowest and self.lines[i : i + n] == expected]
         if not hits:
             return None
         return min(hits, key=lambda i: (abs(i - want), i))

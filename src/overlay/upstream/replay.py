@@ -94,7 +94,13 @@ class Outcome:
             "commit": self.commit,
             "kept_bytes": self.kept_bytes,
             "offsets": [
-                {"path": p.path, "hunk": p.index, "from": p.old_start, "to": p.found_start, "offset": p.offset}
+                {
+                    "path": p.path,
+                    "hunk": p.index,
+                    "from": p.old_start,
+                    "to": p.found_start,
+                    "offset": p.offset,
+                }
                 for p in self.offsets
             ],
             "renames": [{"from": a, "to": b, "similarity": s} for a, b, s in self.renames],
@@ -117,13 +123,17 @@ class Outcome:
             old_commit=d["old_commit"],
             commit=d.get("commit"),
             kept_bytes=bool(d.get("kept_bytes")),
-            offsets=tuple(HunkPlacement(path=o["path"], index=o["hunk"], old_start=o["from"], found_start=o["to"])
-                          for o in d.get("offsets", [])),
+            offsets=tuple(
+                HunkPlacement(path=o["path"], index=o["hunk"], old_start=o["from"], found_start=o["to"])
+                for o in d.get("offsets", [])
+            ),
             renames=tuple((r["from"], r["to"], int(r["similarity"])) for r in d.get("renames", [])),
             gone=tuple(d.get("gone", [])),
             conflicts=tuple(d.get("conflicts", [])),
-            moved=tuple(HunkMove(path=m["path"], index=m["hunk"], before=tuple(m["before"]), after=tuple(m["after"]))
-                        for m in d.get("moved_hunks", [])),
+            moved=tuple(
+                HunkMove(path=m["path"], index=m["hunk"], before=tuple(m["before"]), after=tuple(m["after"]))
+                for m in d.get("moved_hunks", [])
+            ),
             conflict_kind=d.get("conflict_kind"),
             inherited_from=tuple(d.get("inherited_from", [])),
         )
@@ -173,9 +183,16 @@ def prepare(
     gitops.run(["config", "merge.conflictStyle", "diff3"], cwd=repo)
     tool = tool_ident()
     stream = Stream()
-    old_mark = stream.commit("refs/heads/old", author=tool, author_date=BASE_DATE, committer=tool,
-                             committer_date=BASE_DATE, message=cleaned_message(old_message), parent=None,
-                             changes=whole_tree(stream, old_files))
+    old_mark = stream.commit(
+        "refs/heads/old",
+        author=tool,
+        author_date=BASE_DATE,
+        committer=tool,
+        committer_date=BASE_DATE,
+        message=cleaned_message(old_message),
+        parent=None,
+        changes=whole_tree(stream, old_files),
+    )
     tree = MemoryTree(dict(old_files))
     marks: list[int] = []
     parent = old_mark
@@ -183,8 +200,11 @@ def prepare(
         try:
             applied = apply_patch(tree, patch)
         except PatchError as exc:
-            raise PatchError(exc.message, tip="the series must apply exactly at the pinned base before a rebase: "
-                             "run `overlay lint` and fix it first") from None
+            raise PatchError(
+                exc.message,
+                tip="the series must apply exactly at the pinned base before a rebase: "
+                "run `overlay lint` and fix it first",
+            ) from None
         changes: list[bytes] = []
         for fd, af in zip(patch.files, applied.files):
             if fd.kind == "rename" and fd.old_path and fd.old_path != af.path:
@@ -196,21 +216,43 @@ def prepare(
                 mode = b"100755" if tree.is_executable(af.path) else b"100644"
                 changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), path_bytes(af.path)))
         author, date = _patch_ident(patch)
-        parent = stream.commit("refs/heads/old", author=author, author_date=date, committer=tool, committer_date=date,
-                               message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
-                               parent=parent, changes=changes)
+        parent = stream.commit(
+            "refs/heads/old",
+            author=author,
+            author_date=date,
+            committer=tool,
+            committer_date=date,
+            message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
+            parent=parent,
+            changes=changes,
+        )
         marks.append(parent)
-    new_mark = stream.commit("refs/heads/rebased", author=tool, author_date=BASE_DATE, committer=tool,
-                             committer_date=BASE_DATE, message=cleaned_message(new_message), parent=None,
-                             changes=whole_tree(stream, new_files))
+    new_mark = stream.commit(
+        "refs/heads/rebased",
+        author=tool,
+        author_date=BASE_DATE,
+        committer=tool,
+        committer_date=BASE_DATE,
+        message=cleaned_message(new_message),
+        parent=None,
+        changes=whole_tree(stream, new_files),
+    )
     stream.ref("refs/tags/overlay/old-base", old_mark)
     stream.ref("refs/tags/overlay/new-base", new_mark)
     ids = run_stream(repo, stream)
     gitops.run(["symbolic-ref", "HEAD", "refs/heads/rebased"], cwd=repo)
     gitops.run(["reset", "-q", "--hard", "refs/heads/rebased"], cwd=repo)
-    reporter.step("rebase", f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches")
-    ws = Workspace(repo=repo, old_base=ids[old_mark], new_base=ids[new_mark], old_commits=tuple(ids[m] for m in marks),
-                   new_version=new_version)
+    reporter.step(
+        "rebase",
+        f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches",
+    )
+    ws = Workspace(
+        repo=repo,
+        old_base=ids[old_mark],
+        new_base=ids[new_mark],
+        old_commits=tuple(ids[m] for m in marks),
+        new_version=new_version,
+    )
     ws.renames = upstream_renames(repo, ws.old_base, ws.new_base)
     return ws
 
@@ -232,7 +274,9 @@ def read_blobs(repo: Path, specs: Sequence[str]) -> list[bytes | None]:
     """Contents of ``rev:path`` specs in one ``git cat-file --batch`` call (None for a missing one)."""
     if not specs:
         return []
-    raw = gitops.run(["cat-file", "--batch"], cwd=repo, input="".join(s + "\n" for s in specs).encode()).stdout
+    raw = gitops.run(
+        ["cat-file", "--batch"], cwd=repo, input="".join(s + "\n" for s in specs).encode()
+    ).stdout
     out: list[bytes | None] = []
     pos = 0
     for _spec in specs:
@@ -254,7 +298,9 @@ def commit_patch_bytes(repo: Path, commit: str) -> bytes:
 
 def same_diff(repo: Path, a: str, b: str) -> bool:
     """Whether two commits make byte-identical changes (same paths, same blobs before and after)."""
-    out = gitops.run(["diff-tree", "--stdin", "-p", "-M", "--full-index"], cwd=repo, input=f"{a}\n{b}\n".encode()).stdout
+    out = gitops.run(
+        ["diff-tree", "--stdin", "-p", "-M", "--full-index"], cwd=repo, input=f"{a}\n{b}\n".encode()
+    ).stdout
     head_b = out.find(b"\n" + b.encode() + b"\n")
     if not out.startswith(a.encode() + b"\n") or head_b < 0:
         raise ExternalCommandError(f"git diff-tree --stdin gave unexpected output for {a[:12]} {b[:12]}")
@@ -282,8 +328,11 @@ def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | No
     old_commit = ws.old_commits[index]
     base = Outcome(name=patch.name, subject=patch.subject, cls="clean", detail="", old_commit=old_commit)
     tree = _touched_tree(repo, "HEAD", patch)
-    missing = [fd.old_path for fd in patch.files
-               if fd.kind in ("modify", "rename", "copy") and fd.old_path and tree.read(fd.old_path) is None]
+    missing = [
+        fd.old_path
+        for fd in patch.files
+        if fd.kind in ("modify", "rename", "copy") and fd.old_path and tree.read(fd.old_path) is None
+    ]
     if missing:
         renames = tuple((p, *ws.renames[p]) for p in missing if p in ws.renames)
         gone = tuple(p for p in missing if p not in ws.renames)
@@ -292,48 +341,90 @@ def classify(ws: Workspace, index: int, patch: Patch, *, reporter: Reporter | No
         conflicts: tuple[str, ...] = ()
         if renames and not gone:
             ok, conflicts = _cherry_pick(repo, old_commit)
-            words.append("git carried the change over to the new path (staged); check it" if ok
-                         else f"git's attempt to carry it over conflicts in {', '.join(conflicts)}")
-        return dataclasses.replace(base, cls="obsolete", resolution="pending", detail="; ".join(words),
-                                   renames=renames, gone=gone, conflicts=conflicts)
+            words.append(
+                "git carried the change over to the new path (staged); check it"
+                if ok
+                else f"git's attempt to carry it over conflicts in {', '.join(conflicts)}"
+            )
+        return dataclasses.replace(
+            base,
+            cls="obsolete",
+            resolution="pending",
+            detail="; ".join(words),
+            renames=renames,
+            gone=gone,
+            conflicts=conflicts,
+        )
     if _try(tree, patch):
         commit = commit_patch(repo, patch)
-        return _finish(ws, patch, dataclasses.replace(base, cls="clean", detail="applies exactly", commit=commit))
+        return _finish(
+            ws, patch, dataclasses.replace(base, cls="clean", detail="applies exactly", commit=commit)
+        )
     try:
         relocated, placements = relocate_patch(tree, patch)
         moved = tuple(p for p in placements if p.offset)
         if moved and _try(tree, relocated):
             commit = commit_patch(repo, relocated)
-            detail = "applies exactly at other lines: " + ", ".join(
-                f"{p.path} hunk #{p.index} {p.offset:+d}" for p in moved[:4]) + (" ..." if len(moved) > 4 else "")
-            return _finish(ws, patch, dataclasses.replace(base, cls="offset", detail=detail, commit=commit, offsets=moved))
+            detail = (
+                "applies exactly at other lines: "
+                + ", ".join(f"{p.path} hunk #{p.index} {p.offset:+d}" for p in moved[:4])
+                + (" ..." if len(moved) > 4 else "")
+            )
+            return _finish(
+                ws,
+                patch,
+                dataclasses.replace(base, cls="offset", detail=detail, commit=commit, offsets=moved),
+            )
     except PatchError:
         pass
     try:
         rev, _pl = relocate_patch(tree, reverse_patch(patch))
         if _try(tree, rev):
             return dataclasses.replace(
-                base, cls="upstreamed", detail=f"reverse-applies on {ws.new_version}: upstream contains the change")
+                base,
+                cls="upstreamed",
+                detail=f"reverse-applies on {ws.new_version}: upstream contains the change",
+            )
     except PatchError:
         pass
     ok, conflicts = _cherry_pick(repo, old_commit)
     if not ok:
-        return dataclasses.replace(base, cls="conflict", resolution="pending", conflicts=conflicts,
-                                   detail="3-way merge conflicts in " + ", ".join(conflicts))
+        return dataclasses.replace(
+            base,
+            cls="conflict",
+            resolution="pending",
+            conflicts=conflicts,
+            detail="3-way merge conflicts in " + ", ".join(conflicts),
+        )
     staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
     if not staged:
         clear_pick_state(repo)
         return dataclasses.replace(
-            base, cls="upstreamed",
-            detail=f"3-way merge leaves no change on {ws.new_version}: upstream made an equivalent change")
+            base,
+            cls="upstreamed",
+            detail=f"3-way merge leaves no change on {ws.new_version}: upstream made an equivalent change",
+        )
     clear_pick_state(repo)
     commit = commit_as_patch(repo, patch)
-    return _finish(ws, patch, dataclasses.replace(
-        base, cls="merged", commit=commit, detail=f"3-way merge resolved it ({len(staged)} file{'s' * (len(staged) != 1)})"))
+    return _finish(
+        ws,
+        patch,
+        dataclasses.replace(
+            base,
+            cls="merged",
+            commit=commit,
+            detail=f"3-way merge resolved it ({len(staged)} file{'s' * (len(staged) != 1)})",
+        ),
+    )
 
 
 def replay_all(
-    ws: Workspace, patches: tuple[Patch, ...], *, stop: bool, take_own: bool = False, reporter: Reporter | None = None
+    ws: Workspace,
+    patches: tuple[Patch, ...],
+    *,
+    stop: bool,
+    take_own: bool = False,
+    reporter: Reporter | None = None,
 ) -> list[Outcome]:
     """Classify every patch in order. With ``stop`` False a stopped patch is discarded and the replay goes on; with
     ``take_own`` a conflicting patch is instead resolved with its own side of every conflict (``git cherry-pick -X
@@ -364,8 +455,9 @@ def _take_own_side(repo: Path, commit: str, patch: Patch) -> None:
     commit_as_patch(repo, patch)
 
 
-def estimate_conflicts(ws: Workspace, patches: tuple[Patch, ...], outcomes: list[Outcome], *,
-                       reporter: Reporter | None = None) -> list[Outcome]:
+def estimate_conflicts(
+    ws: Workspace, patches: tuple[Patch, ...], outcomes: list[Outcome], *, reporter: Reporter | None = None
+) -> list[Outcome]:
     """A dry run's conflicts told apart: replay the series again from the new tree with each conflicting patch
     resolved by its own side, and call a conflict ``own`` when it conflicts there too, ``inherited`` (from the
     earlier conflicting patches that touch its files) when it does not."""
@@ -383,10 +475,15 @@ def estimate_conflicts(ws: Workspace, patches: tuple[Patch, ...], outcomes: list
             own.append((o.name, paths))
         elif o.cls == "conflict":
             sources = tuple(n for n, ps in own if ps & paths) or tuple(n for n, _ps in own)
-            out.append(dataclasses.replace(
-                o, conflict_kind="inherited", inherited_from=sources,
-                detail=o.detail + f"; inherited: {r.cls} once {', '.join(n[:4] for n in sources)} "
-                       f"{'is' if len(sources) == 1 else 'are'} resolved"))
+            out.append(
+                dataclasses.replace(
+                    o,
+                    conflict_kind="inherited",
+                    inherited_from=sources,
+                    detail=o.detail + f"; inherited: {r.cls} once {', '.join(n[:4] for n in sources)} "
+                    f"{'is' if len(sources) == 1 else 'are'} resolved",
+                )
+            )
         else:
             out.append(o)
             if r.cls == "conflict":
@@ -426,20 +523,34 @@ def _finish(ws: Workspace, patch: Patch, outcome: Outcome) -> Outcome:
     if same_diff(repo, outcome.old_commit, outcome.commit):
         return dataclasses.replace(outcome, kept_bytes=True)
     new_patch = parse_patch_bytes(commit_patch_bytes(repo, outcome.commit), name=patch.name)
-    moves = location_check(repo, patch, outcome.old_commit, new_patch, outcome.commit,
-                           renames={a: b for a, (b, _s) in ws.renames.items()})
+    moves = location_check(
+        repo,
+        patch,
+        outcome.old_commit,
+        new_patch,
+        outcome.commit,
+        renames={a: b for a, (b, _s) in ws.renames.items()},
+    )
     return dataclasses.replace(outcome, moved=tuple(moves))
 
 
 def location_check(
-    repo: Path, old_patch: Patch, old_commit: str, new_patch: Patch, new_commit: str, *, renames: dict[str, str]
+    repo: Path,
+    old_patch: Patch,
+    old_commit: str,
+    new_patch: Patch,
+    new_commit: str,
+    *,
+    renames: dict[str, str],
 ) -> list[HunkMove]:
     """The hunk-location check on two commits of one repository (pre-images read at each commit's parent)."""
     old_paths = [fd.old_path for fd in old_patch.files if fd.old_path]
     new_paths = [fd.old_path for fd in new_patch.files if fd.old_path]
-    blobs = read_blobs(repo, [f"{old_commit}^:{p}" for p in old_paths] + [f"{new_commit}^:{p}" for p in new_paths])
+    blobs = read_blobs(
+        repo, [f"{old_commit}^:{p}" for p in old_paths] + [f"{new_commit}^:{p}" for p in new_paths]
+    )
     old_pre = dict(zip(old_paths, blobs[: len(old_paths)]))
-    new_pre = dict(zip(new_paths, blobs[len(old_paths):]))
+    new_pre = dict(zip(new_paths, blobs[len(old_paths) :]))
     return hunk_moves(old_patch, old_pre.get, new_patch, new_pre.get, renames=renames)
 
 
@@ -485,8 +596,10 @@ def resolve_stopped(
     staged = gitops.z_paths(["diff", "--cached", "--name-only", "-z"], cwd=repo)
     marked = [m for m in (_first_marker(repo, p) for p in staged) if m]
     if marked:
-        raise ConflictError(f"conflict markers are left in {'; '.join(marked)} (in {repo})",
-                            tip=f"finish resolving, then `overlay rebase {engine} --continue`")
+        raise ConflictError(
+            f"conflict markers are left in {'; '.join(marked)} (in {repo})",
+            tip=f"finish resolving, then `overlay rebase {engine} --continue`",
+        )
     if not staged:
         clear_pick_state(repo)
         return dataclasses.replace(stopped, resolution="dropped", commit=None)

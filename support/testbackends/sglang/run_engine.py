@@ -110,7 +110,11 @@ def _run_one(payload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     engine = sglang.Engine(**_engine_kwargs(payload, run))
     try:
-        base = {"temperature": 0.0, "max_new_tokens": int(payload.get("max_new_tokens", 16)), "ignore_eos": True}
+        base = {
+            "temperature": 0.0,
+            "max_new_tokens": int(payload.get("max_new_tokens", 16)),
+            "ignore_eos": True,
+        }
         extra = run.get("sampling", {})
         if isinstance(extra, list):
             sampling: Any = [{**base, **item} for item in extra]

@@ -27,8 +27,9 @@ def probe(path: str, prompt: str, n_generate: int, texts: list[str]) -> dict[str
     generate = importlib.import_module("mlx_lm.generate")
     greedy = [
         int(t)
-        for t, _ in generate.generate_step(mx.array(ids), model, max_tokens=n_generate,
-                                           sampler=lambda x: mx.argmax(x, axis=-1))
+        for t, _ in generate.generate_step(
+            mx.array(ids), model, max_tokens=n_generate, sampler=lambda x: mx.argmax(x, axis=-1)
+        )
     ]
     params = tree_flatten(model.parameters())
     return {
@@ -42,14 +43,18 @@ def probe(path: str, prompt: str, n_generate: int, texts: list[str]) -> dict[str
         "prompt_ids": ids,
         "eos_token_ids": sorted(tokenizer.eos_token_ids),
         "caches": [type(c).__name__ for c in make_prompt_cache(model)],
-        "roundtrip_ok": all(tokenizer.decode(tokenizer.encode(t), skip_special_tokens=True) == t for t in texts),
+        "roundtrip_ok": all(
+            tokenizer.decode(tokenizer.encode(t), skip_special_tokens=True) == t for t in texts
+        ),
     }
 
 
 def main() -> int:
     req = json.loads(sys.stdin.read())
-    out = {path: probe(path, req["prompt"], int(req.get("generate", 8)), req.get("roundtrip", []))
-           for path in req["models"]}
+    out = {
+        path: probe(path, req["prompt"], int(req.get("generate", 8)), req.get("roundtrip", []))
+        for path in req["models"]
+    }
     print(json.dumps(out))
     return 0
 

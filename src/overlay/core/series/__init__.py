@@ -26,7 +26,24 @@ from overlay.core.series.seriesfile import (
 )
 
 __all__ = [
-    "NUMERICS", "REQUIRED_TRAILERS", "THEMES", "UPSTREAM_STATUS", "FileDiff", "Hunk", "Line", "Numerics", "Patch",
-    "Series", "SeriesFile", "check_trailers", "load_engine_series", "load_series", "parse_patch", "parse_patch_bytes",
-    "parse_series_file", "render_series", "series_hash", "slugify",
+    "NUMERICS",
+    "REQUIRED_TRAILERS",
+    "THEMES",
+    "UPSTREAM_STATUS",
+    "FileDiff",
+    "Hunk",
+    "Line",
+    "Numerics",
+    "Patch",
+    "Series",
+    "SeriesFile",
+    "check_trailers",
+    "load_engine_series",
+    "load_series",
+    "parse_patch",
+    "parse_patch_bytes",
+    "parse_series_file",
+    "render_series",
+    "series_hash",
+    "slugify",
 ]

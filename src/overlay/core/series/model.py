@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-
     from overlay.core.mechanism import Flag, Mechanism
 
 
@@ -216,6 +215,8 @@ def check_trailers(patch: Patch) -> list[str]:
     check = patch.check
     if check is not None and not check.strip():
         problems.append("Overlay-Check is empty")
-    if not patch.body.strip() or len([line for line in patch.body.splitlines() if line.strip()]) <= len(patch.trailers):
+    if not patch.body.strip() or len([line for line in patch.body.splitlines() if line.strip()]) <= len(
+        patch.trailers
+    ):
         problems.append("the message has no body: say what changes, why, and what was measured")
     return problems

@@ -19,12 +19,13 @@ from overlay.errors import ConfigError, IntegrityError
 from overlay.fsutil import safe_relpath
 
 if TYPE_CHECKING:
-
     pass
 
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
-_MAX_DIGITS = 9  # a line number or count with more digits is not a real patch (and int() of 5000 digits raises)
+_MAX_DIGITS = (
+    9  # a line number or count with more digits is not a real patch (and int() of 5000 digits raises)
+)
 _BLOB = re.compile(rb"^[0-9a-f]{4,64}$")
 _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s*(.*)$")
@@ -161,7 +162,17 @@ def _unquote(path: bytes, where: str, lineno: int) -> str:
                 if j >= len(inner):
                     raise ConfigError(f"{where}:{lineno}: bad escape in quoted path {path!r}")
                 e = inner[j]
-                simple = {ord("n"): 10, ord("t"): 9, ord('"'): 34, ord("\\"): 92, ord("a"): 7, ord("b"): 8, ord("f"): 12, ord("r"): 13, ord("v"): 11}
+                simple = {
+                    ord("n"): 10,
+                    ord("t"): 9,
+                    ord('"'): 34,
+                    ord("\\"): 92,
+                    ord("a"): 7,
+                    ord("b"): 8,
+                    ord("f"): 12,
+                    ord("r"): 13,
+                    ord("v"): 11,
+                }
                 if e in simple:
                     out.append(simple[e])
                 elif 0x30 <= e <= 0x37:
@@ -273,7 +284,9 @@ def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
                 if len(blobs) != 2:
                     raise ConfigError(f"{where}:{lineno}: malformed index line {h!r}")
                 if not all(_BLOB.match(b) for b in blobs):
-                    raise ConfigError(f"{where}:{lineno}: malformed index line {h[:80]!r} (expected hex blob ids)")
+                    raise ConfigError(
+                        f"{where}:{lineno}: malformed index line {h[:80]!r} (expected hex blob ids)"
+                    )
                 old_blob, new_blob = blobs[0].decode(), blobs[1].decode()
                 if len(spec) > 1:
                     mode = _mode(spec[1], where, lineno)
@@ -289,9 +302,13 @@ def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
             i += 1
         for mode_ in (old_mode, new_mode):
             if mode_ == "120000":
-                raise IntegrityError(f"{where}:{header_lineno}: {(new_path or old_path)!r} is a symlink; patches may not create or change symlinks")
+                raise IntegrityError(
+                    f"{where}:{header_lineno}: {(new_path or old_path)!r} is a symlink; patches may not create or change symlinks"
+                )
             if mode_ in ("160000", "040000"):
-                raise ConfigError(f"{where}:{header_lineno}: {(new_path or old_path)!r} has mode {mode_} (submodule/tree); not supported")
+                raise ConfigError(
+                    f"{where}:{header_lineno}: {(new_path or old_path)!r} has mode {mode_} (submodule/tree); not supported"
+                )
         if kind == "add":
             old_path = None
         elif kind == "delete":
@@ -308,7 +325,9 @@ def _parse_diffs(lines: list[bytes], i: int, where: str) -> list[FileDiff]:
                 hunk, i = _parse_hunk(lines, i, where)
                 hunks.append(hunk)
         if kind == "modify" and not hunks and old_mode == new_mode:
-            raise ConfigError(f"{where}:{header_lineno}: diff for {old_path!r} has no hunks and no mode change")
+            raise ConfigError(
+                f"{where}:{header_lineno}: diff for {old_path!r} has no hunks and no mode change"
+            )
         _check_hunk_order(hunks, where)
         files.append(
             FileDiff(
@@ -423,10 +442,10 @@ def _check_hunk_order(hunks: list[Hunk], where: str) -> None:
     for h in hunks:
         start = h.old_start if h.old_len else h.old_start + 1
         if start < end:
-            raise ConfigError(f"{where}:{h.header_line}: hunk overlaps or precedes the previous one (old line {h.old_start})")
+            raise ConfigError(
+                f"{where}:{h.header_line}: hunk overlaps or precedes the previous one (old line {h.old_start})"
+            )
         end = h.old_start + h.old_len
 
 
 # ---------------------------------------------------------------- series file writer (refresh and rebase)
-
-

@@ -39,10 +39,14 @@ def parse_series_file(path: Path, *, root: Path | None = None) -> SeriesFile:
     text = decode_utf8(data, path, tip="patch file names are ASCII; save series as UTF-8")
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# base:"):
-        raise ConfigError(f"{path}:1: the first line must be `# base: ENGINE VERSION COMMIT`, got {lines[:1]!r}")
+        raise ConfigError(
+            f"{path}:1: the first line must be `# base: ENGINE VERSION COMMIT`, got {lines[:1]!r}"
+        )
     fields = lines[0][len("# base:") :].split()
     if len(fields) != 3:
-        raise ConfigError(f"{path}:1: `# base:` needs ENGINE VERSION COMMIT (COMMIT may be '-'), got {fields!r}")
+        raise ConfigError(
+            f"{path}:1: `# base:` needs ENGINE VERSION COMMIT (COMMIT may be '-'), got {fields!r}"
+        )
     engine, version, commit = fields
     if commit != "-" and not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise ConfigError(f"{path}:1: base commit {commit!r} is neither '-' nor a 40-hex commit id")
@@ -53,15 +57,21 @@ def parse_series_file(path: Path, *, root: Path | None = None) -> SeriesFile:
         if not entry:
             continue
         if " " in entry or "\t" in entry:
-            raise ConfigError(f"{path}:{lineno}: one patch file name per line, got {entry!r} (options are not supported)")
+            raise ConfigError(
+                f"{path}:{lineno}: one patch file name per line, got {entry!r} (options are not supported)"
+            )
         check_name(entry, what="patch name", where=f"{path}:{lineno}")
         if not _PATCH_NAME.match(entry):
-            raise ConfigError(f"{path}:{lineno}: {entry!r} is not a patch file name of the form NNNN-slug.patch")
+            raise ConfigError(
+                f"{path}:{lineno}: {entry!r} is not a patch file name of the form NNNN-slug.patch"
+            )
         if entry in seen:
             raise ConfigError(f"{path}:{lineno}: {entry!r} is listed twice (first on line {seen[entry]})")
         seen[entry] = lineno
         names.append(entry)
-    return SeriesFile(engine=engine, base_version=version, base_commit=None if commit == "-" else commit, names=tuple(names))
+    return SeriesFile(
+        engine=engine, base_version=version, base_commit=None if commit == "-" else commit, names=tuple(names)
+    )
 
 
 def load_series(series_dir: Path, *, check_folder: bool = True, root: Path | None = None) -> Series:
@@ -85,14 +95,18 @@ def load_series(series_dir: Path, *, check_folder: bool = True, root: Path | Non
         extra = sorted(on_disk - set(sf.names))
         if extra:
             raise ConfigError(
-                f"{series_dir}/{extra[0]} is not listed in series" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
+                f"{series_dir}/{extra[0]} is not listed in series"
+                + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""),
                 tip="add it to series in its place, or delete it",
             )
         numbers: dict[str, str] = {}
         for n in sf.names:
             num = n[:4]
             if num in numbers:
-                raise ConfigError(f"{series_dir}: {n!r} and {numbers[num]!r} share the number {num}", tip="run `overlay refresh` to renumber")
+                raise ConfigError(
+                    f"{series_dir}: {n!r} and {numbers[num]!r} share the number {num}",
+                    tip="run `overlay refresh` to renumber",
+                )
             numbers[num] = n
     patches = tuple(parse_patch(series_dir / n, root=root) for n in sf.names)
     return Series(
@@ -133,7 +147,9 @@ def render_series(
     entry of the same name, else the one with the same slug (the name without its ``NNNN-`` number).
     """
     lines = old_text.splitlines()[1:]
-    blocks: list[tuple[list[str], str, str]] = []  # (comment lines before, entry name, the entry's trailing text)
+    blocks: list[
+        tuple[list[str], str, str]
+    ] = []  # (comment lines before, entry name, the entry's trailing text)
     pending: list[str] = []
     for line in lines:
         entry, sep, rest = line.partition("#")
@@ -141,7 +157,7 @@ def render_series(
         if not name:
             pending.append(line)
             continue
-        blocks.append((pending, name, (entry[len(entry.rstrip()):] + sep + rest) if sep else ""))
+        blocks.append((pending, name, (entry[len(entry.rstrip()) :] + sep + rest) if sep else ""))
         pending = []
     tail = pending
     by_name = {name: i for i, (_c, name, _t) in enumerate(blocks)}

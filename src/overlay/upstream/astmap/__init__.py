@@ -30,7 +30,20 @@ from overlay.upstream.astmap.locations import (
 from overlay.upstream.astmap.symbols import MODULE, source_of, symbols
 
 __all__ = [
-    "MODULE", "HunkLocation", "HunkMove", "LineMap", "SymbolChange", "SymbolIndex", "added_source", "ast_equal",
-    "check_hunk_locations", "compare_symbol", "compare_symbol_back", "file_changes", "hunk_locations", "hunk_moves",
-    "source_of", "symbols",
+    "MODULE",
+    "HunkLocation",
+    "HunkMove",
+    "LineMap",
+    "SymbolChange",
+    "SymbolIndex",
+    "added_source",
+    "ast_equal",
+    "check_hunk_locations",
+    "compare_symbol",
+    "compare_symbol_back",
+    "file_changes",
+    "hunk_locations",
+    "hunk_moves",
+    "source_of",
+    "symbols",
 ]

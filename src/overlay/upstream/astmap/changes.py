@@ -11,8 +11,15 @@ from typing import Any, Literal
 from overlay.upstream.astmap.symbols import MODULE, Symbol, SymbolKind, _decode, source_of, symbols
 
 SymbolStatus = Literal[
-    "unchanged", "changed", "rewritten", "moved", "renamed", "deleted", "added-upstream", "added-by-series",
-    "not-python"
+    "unchanged",
+    "changed",
+    "rewritten",
+    "moved",
+    "renamed",
+    "deleted",
+    "added-upstream",
+    "added-by-series",
+    "not-python",
 ]
 
 
@@ -160,25 +167,53 @@ def compare_symbol(
         twin_mod = new.module(target)
         if twin is None or twin_mod is None:
             return SymbolChange(path=path, qualname=qualname, kind=None, status="added-by-series")
-        return SymbolChange(path=path, qualname=qualname, kind=twin.kind, status="added-by-series", new_path=target,
-                            new_qualname=qualname, note=f"upstream now has a {qualname} in {target} too",
-                            new_source=source_of(twin_mod[0], twin), new_line=twin.start)
+        return SymbolChange(
+            path=path,
+            qualname=qualname,
+            kind=twin.kind,
+            status="added-by-series",
+            new_path=target,
+            new_qualname=qualname,
+            note=f"upstream now has a {qualname} in {target} too",
+            new_source=source_of(twin_mod[0], twin),
+            new_line=twin.start,
+        )
     old_src = source_of(old_mod[0], old_sym)
-    base: dict[str, Any] = {"path": path, "qualname": qualname, "kind": old_sym.kind, "old_source": old_src,
-                            "old_line": old_sym.start}
+    base: dict[str, Any] = {
+        "path": path,
+        "qualname": qualname,
+        "kind": old_sym.kind,
+        "old_source": old_src,
+        "old_line": old_sym.start,
+    }
     new_mod = new.module(target)
     same = new.find(target, qualname) if new_mod else None
     if same is not None and new_mod is not None:
         new_src = source_of(new_mod[0], same)
         if new_src == old_src:
-            return SymbolChange(**base, status="unchanged", new_path=target, new_qualname=qualname,
-                                new_source=new_src, new_line=same.start)
+            return SymbolChange(
+                **base,
+                status="unchanged",
+                new_path=target,
+                new_qualname=qualname,
+                new_source=new_src,
+                new_line=same.start,
+            )
         sim = similarity(old_src, new_src)
         added, removed = _counts(old_src, new_src)
         sig = (_header(old_src), _header(new_src))
-        return SymbolChange(**base, status="changed" if sim >= REWRITE_BELOW else "rewritten",
-                            new_path=target, new_qualname=qualname, similarity=sim, new_source=new_src, new_line=same.start,
-                            added=added, removed=removed, signature=sig if sig[0] != sig[1] else None)
+        return SymbolChange(
+            **base,
+            status="changed" if sim >= REWRITE_BELOW else "rewritten",
+            new_path=target,
+            new_qualname=qualname,
+            similarity=sim,
+            new_source=new_src,
+            new_line=same.start,
+            added=added,
+            removed=removed,
+            signature=sig if sig[0] != sig[1] else None,
+        )
     # not under the same name in the same file: moved (same name elsewhere), renamed (same body), or deleted
     candidates: list[tuple[float, str, Symbol, str]] = []
     if new_mod is not None:
@@ -198,8 +233,17 @@ def compare_symbol(
     if candidates:
         sim, p, s, src = max(candidates, key=lambda c: c[0])
         added, removed = _counts(old_src, src)
-        return SymbolChange(**base, status="moved", new_path=p, new_qualname=s.qualname, similarity=sim,
-                            new_source=src, added=added, removed=removed, new_line=s.start)
+        return SymbolChange(
+            **base,
+            status="moved",
+            new_path=p,
+            new_qualname=s.qualname,
+            similarity=sim,
+            new_source=src,
+            added=added,
+            removed=removed,
+            new_line=s.start,
+        )
     if new_mod is not None:
         old_names = {s.qualname for s in old_mod[1]}
         body = _body(old_src)
@@ -214,8 +258,17 @@ def compare_symbol(
         if renamed:
             sim, s, src = max(renamed, key=lambda c: c[0])
             added, removed = _counts(old_src, src)
-            return SymbolChange(**base, status="renamed", new_path=target, new_qualname=s.qualname,
-                                similarity=sim, new_source=src, added=added, removed=removed, new_line=s.start)
+            return SymbolChange(
+                **base,
+                status="renamed",
+                new_path=target,
+                new_qualname=s.qualname,
+                similarity=sim,
+                new_source=src,
+                added=added,
+                removed=removed,
+                new_line=s.start,
+            )
     note = f"{target} is gone" if new_mod is None and target not in new.files else ""
     return SymbolChange(**base, status="deleted", note=note)
 
@@ -239,9 +292,19 @@ def reverse_change(ch: SymbolChange) -> SymbolChange:
     if ch.status in ("not-python", "added-by-series"):
         return replace(ch, note=ch.note.replace("upstream now has", "the older release has"))
     if ch.status == "deleted":  # in the new tree, not in the old: upstream added it
-        return replace(ch, status="added-upstream", new_path=ch.path, new_qualname=ch.qualname, old_source="",
-                       new_source=ch.old_source, new_line=ch.old_line, old_line=1, added=ch.removed, removed=ch.added,
-                       note=ch.note.replace("is gone", "is new"))
+        return replace(
+            ch,
+            status="added-upstream",
+            new_path=ch.path,
+            new_qualname=ch.qualname,
+            old_source="",
+            new_source=ch.old_source,
+            new_line=ch.old_line,
+            old_line=1,
+            added=ch.removed,
+            removed=ch.added,
+            note=ch.note.replace("is gone", "is new"),
+        )
     return replace(
         ch,
         path=ch.new_path or ch.path,
@@ -264,17 +327,41 @@ def _compare_module(path: str, old: SymbolIndex, new: SymbolIndex, target: str) 
     assert old_mod is not None
     old_src = _module_level(*old_mod)
     if new_mod is None:
-        return SymbolChange(path=path, qualname=MODULE, kind=None, status="deleted", old_source=old_src,
-                            note=f"{target} is gone")
+        return SymbolChange(
+            path=path,
+            qualname=MODULE,
+            kind=None,
+            status="deleted",
+            old_source=old_src,
+            note=f"{target} is gone",
+        )
     new_src = _module_level(*new_mod)
     if old_src == new_src:
-        return SymbolChange(path=path, qualname=MODULE, kind=None, status="unchanged", new_path=target,
-                            new_qualname=MODULE, old_source=old_src, new_source=new_src)
+        return SymbolChange(
+            path=path,
+            qualname=MODULE,
+            kind=None,
+            status="unchanged",
+            new_path=target,
+            new_qualname=MODULE,
+            old_source=old_src,
+            new_source=new_src,
+        )
     sim = similarity(old_src, new_src)
     added, removed = _counts(old_src, new_src)
-    return SymbolChange(path=path, qualname=MODULE, kind=None, status="changed" if sim >= REWRITE_BELOW else "rewritten",
-                        new_path=target, new_qualname=MODULE, similarity=sim, old_source=old_src, new_source=new_src,
-                        added=added, removed=removed)
+    return SymbolChange(
+        path=path,
+        qualname=MODULE,
+        kind=None,
+        status="changed" if sim >= REWRITE_BELOW else "rewritten",
+        new_path=target,
+        new_qualname=MODULE,
+        similarity=sim,
+        old_source=old_src,
+        new_source=new_src,
+        added=added,
+        removed=removed,
+    )
 
 
 def _module_level(text: str, syms: list[Symbol]) -> str:
@@ -323,9 +410,19 @@ def file_changes(
             out.append(compare_symbol(path, q, old, new, new_path=new_path))
         else:
             s = syms_b[q]
-            out.append(SymbolChange(path=path, qualname=q, kind=s.kind, status="added-upstream", new_path=new_path,
-                                    new_qualname=q, new_source=src_b[q], new_line=s.start,
-                                    added=len(src_b[q].splitlines())))
+            out.append(
+                SymbolChange(
+                    path=path,
+                    qualname=q,
+                    kind=s.kind,
+                    status="added-upstream",
+                    new_path=new_path,
+                    new_qualname=q,
+                    new_source=src_b[q],
+                    new_line=s.start,
+                    added=len(src_b[q].splitlines()),
+                )
+            )
     if MODULE not in skipped and _outside_symbols(*mod_a) != _outside_symbols(*mod_b):
         out.append(_compare_module(path, old, new, new_path))
     return out

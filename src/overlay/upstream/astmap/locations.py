@@ -58,7 +58,9 @@ def hunk_symbols(syms: list[Symbol], hunk: Hunk) -> tuple[tuple[str, ...], int]:
             return MODULE
         return max(candidates, key=lambda s: (s.start, -s.end)).qualname
 
-    replacing = False  # '+' lines right after '-' lines replace them: they belong where the removed lines were
+    replacing = (
+        False  # '+' lines right after '-' lines replace them: they belong where the removed lines were
+    )
     for line in hunk.lines:
         if line.op == "+":
             if not replacing:
@@ -99,7 +101,9 @@ def hunk_locations(patch: Patch, preimage: Callable[[str], bytes | None]) -> lis
         for index, hunk in enumerate(fd.hunks, start=1):
             changed = tuple(line.op.encode() + line.text for line in hunk.lines if line.op != " ")
             if syms is None:
-                out.append(HunkLocation(path=path, index=index, line=hunk.old_start, symbols=(), changed=changed))
+                out.append(
+                    HunkLocation(path=path, index=index, line=hunk.old_start, symbols=(), changed=changed)
+                )
                 continue
             names, first = hunk_symbols(syms, hunk)
             out.append(HunkLocation(path=path, index=index, line=first, symbols=names, changed=changed))
@@ -119,7 +123,9 @@ class HunkMove:
     after: tuple[str, ...]  # enclosing symbols where it applies now
 
     def describe(self) -> str:
-        return f"{self.path} hunk #{self.index}: was in {', '.join(self.before)}, now in {', '.join(self.after)}"
+        return (
+            f"{self.path} hunk #{self.index}: was in {', '.join(self.before)}, now in {', '.join(self.after)}"
+        )
 
     def to_json(self) -> MovedHunk:
         return {"path": self.path, "hunk": self.index, "before": list(self.before), "after": list(self.after)}
@@ -205,7 +211,11 @@ def _names(symbols: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def check_hunk_locations(
-    base: Mapping[str, bytes], target: Mapping[str, bytes], patches: Sequence[Patch], *, package_root: str = ""
+    base: Mapping[str, bytes],
+    target: Mapping[str, bytes],
+    patches: Sequence[Patch],
+    *,
+    package_root: str = "",
 ) -> list[tuple[str, HunkMove]]:
     """The hunk-location check in memory (no git), for ``lint`` or any caller holding two trees.
 
@@ -227,5 +237,3 @@ def check_hunk_locations(
         apply_patch(before, patch, package_root=package_root)
         apply_patch(after, moved, package_root=package_root)
     return out
-
-

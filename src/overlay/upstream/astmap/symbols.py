@@ -63,8 +63,14 @@ def symbols(source: bytes | str) -> list[Symbol] | None:
     for i, s in enumerate(out):  # a property's setter repeats its getter's name: call it name[2]
         n = seen[s.qualname] = seen.get(s.qualname, 0) + 1
         if n > 1:
-            out[i] = Symbol(qualname=f"{s.qualname}[{n}]", kind=s.kind, start=s.start, end=s.end,
-                            def_line=s.def_line, indent=s.indent)
+            out[i] = Symbol(
+                qualname=f"{s.qualname}[{n}]",
+                kind=s.kind,
+                start=s.start,
+                end=s.end,
+                def_line=s.def_line,
+                indent=s.indent,
+            )
     return out
 
 

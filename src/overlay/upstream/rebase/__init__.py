@@ -15,6 +15,20 @@ from overlay.upstream.rebase.state import (
 )
 
 __all__ = [
-    "STATE_FILE", "AbortResult", "RebaseResult", "UndoResult", "abort", "edited_manifest", "history_dir", "publish",
-    "rebase", "report_json", "report_path", "resume", "review_reasons", "state_dir", "status", "undo",
+    "STATE_FILE",
+    "AbortResult",
+    "RebaseResult",
+    "UndoResult",
+    "abort",
+    "edited_manifest",
+    "history_dir",
+    "publish",
+    "rebase",
+    "report_json",
+    "report_path",
+    "resume",
+    "review_reasons",
+    "state_dir",
+    "status",
+    "undo",
 ]

@@ -46,16 +46,15 @@ from overlay.upstream.rebase.state import (
     report_path,
     state_dir,
 )
-from overlay.upstream.replay import (
-    Outcome,
-    Workspace,
-)
+from overlay.upstream.replay import Outcome, Workspace
 
 
 def publish(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | None = None) -> RebaseResult:
     """``--publish``: publish a rebase that stopped for review (every patch resolved), holding the engine's lock."""
     load_engine(root, engine)
-    with engine_lock(root, engine, command=f"overlay rebase {engine} --publish", wait=wait, reporter=reporter):
+    with engine_lock(
+        root, engine, command=f"overlay rebase {engine} --publish", wait=wait, reporter=reporter
+    ):
         reporter = reporter or NullReporter()
         manifest = load_engine(root, engine)
         state = _load_state(root, engine)
@@ -69,7 +68,9 @@ def publish(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | 
         patches = _old_patches(root, manifest, state)
         outcomes = [Outcome.from_json(o) for o in state["outcomes"]]
         if len(outcomes) != len(patches) or not all(o.resolved for o in outcomes):
-            raise UsageError(f"the rebase of {engine} has unresolved patches", tip=f"`overlay rebase {engine} --continue`")
+            raise UsageError(
+                f"the rebase of {engine} has unresolved patches", tip=f"`overlay rebase {engine} --continue`"
+            )
         return _publish(root, manifest, state, ws, patches, outcomes, reporter)
 
 
@@ -80,18 +81,28 @@ def undo(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | Non
     with engine_lock(root, engine, command=f"overlay rebase {engine} --undo", wait=wait, reporter=reporter):
         reporter = reporter or NullReporter()
         if (state_dir(root, engine) / STATE_FILE).is_file():
-            raise UsageError(f"a rebase of {engine} is in progress; --undo undoes a published one",
-                             tip=f"`overlay rebase {engine} --abort` gives up the one in progress")
+            raise UsageError(
+                f"a rebase of {engine} is in progress; --undo undoes a published one",
+                tip=f"`overlay rebase {engine} --abort` gives up the one in progress",
+            )
         record_path = history_dir(root, engine) / LAST_PUBLISH
         if not record_path.is_file():
-            raise UsageError(f"no published rebase of {engine} to undo (no {record_path})",
-                             tip="--undo works once, right after `overlay rebase` published")
+            raise UsageError(
+                f"no published rebase of {engine} to undo (no {record_path})",
+                tip="--undo works once, right after `overlay rebase` published",
+            )
         record = read_json_state(record_path, what="last publish record", tip=f"remove {record_path}")
         hist = history_dir(root, engine) / (str(record.get("dir", "")) if isinstance(record, dict) else "")
-        if not isinstance(record, dict) or not record.get("dir") or not (hist / "old" / "series").is_file() \
-                or not (hist / "manifest.toml").is_file():
-            raise ConfigError(f"{record_path} names no complete copy of the series before the publish ({hist})",
-                              tip=f"restore patches/{engine} and overlays/{engine}.toml from version control")
+        if (
+            not isinstance(record, dict)
+            or not record.get("dir")
+            or not (hist / "old" / "series").is_file()
+            or not (hist / "manifest.toml").is_file()
+        ):
+            raise ConfigError(
+                f"{record_path} names no complete copy of the series before the publish ({hist})",
+                tip=f"restore patches/{engine} and overlays/{engine}.toml from version control",
+            )
         manifest = load_engine(root, engine)
         if _snapshot(root, manifest) != record.get("published"):
             raise UsageError(
@@ -102,13 +113,22 @@ def undo(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | Non
         restored = _restore_backup(root, manifest, hist, series_name="old")
         record_path.unlink()
         reporter.step("rebase", f"undone: {engine} back at {record['from']} ({len(restored)} files put back)")
-        return UndoResult(engine=engine, from_version=str(record["from"]), to_version=str(record["to"]),
-                          restored=tuple(restored))
+        return UndoResult(
+            engine=engine,
+            from_version=str(record["from"]),
+            to_version=str(record["to"]),
+            restored=tuple(restored),
+        )
 
 
 def _publish(
-    root: Path, manifest: Manifest, state: dict[str, Any], ws: Workspace, patches: tuple[Patch, ...],
-    outcomes: list[Outcome], reporter: Reporter,
+    root: Path,
+    manifest: Manifest,
+    state: dict[str, Any],
+    ws: Workspace,
+    patches: tuple[Patch, ...],
+    outcomes: list[Outcome],
+    reporter: Reporter,
 ) -> RebaseResult:
     engine = manifest.name
     sdir = state_dir(root, engine)
@@ -138,12 +158,23 @@ def _publish(
     version = to["version"]
     new_artifacts = tuple(_artifact_from_json(a) for a in to["artifacts"])
     series_dir = manifest.series_dir(root)
-    series_text = _series_text(read_inside(root, series_dir / "series", what="series file").decode("utf-8"), engine, version, to.get("commit"),
-                               [n for n, _d in new_files], previous={v: k for k, v in named.items()})
+    series_text = _series_text(
+        read_inside(root, series_dir / "series", what="series file").decode("utf-8"),
+        engine,
+        version,
+        to.get("commit"),
+        [n for n, _d in new_files],
+        previous={v: k for k, v in named.items()},
+    )
     dropped = [o for o in outcomes if o.dropped]
     ledger_path = series_dir / LEDGER
-    ledger_text = _ledger_text(ledger_path.read_text(encoding="utf-8") if ledger_path.is_file() else "",
-                               dropped, by_name, state["from"]["version"], version)
+    ledger_text = _ledger_text(
+        ledger_path.read_text(encoding="utf-8") if ledger_path.is_file() else "",
+        dropped,
+        by_name,
+        state["from"]["version"],
+        version,
+    )
     manifest_text = edited_manifest(manifest, version, new_artifacts, to.get("commit"))
     # write, keeping a backup so an interrupted publish can be undone with --abort
     backup = sdir / "backup"
@@ -173,12 +204,22 @@ def _publish(
         hist.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(backup / "series", hist / "old")
         shutil.copy2(backup / "manifest.toml", hist / "manifest.toml")
-        result = _result(root, state, outcomes, patches, "published", None, series=tuple(n for n, _d in new_files))
+        result = _result(
+            root, state, outcomes, patches, "published", None, series=tuple(n for n, _d in new_files)
+        )
         _write_report(root, state, result, patches)
         shutil.copy2(report_path(root, engine), hist / "report.json")
-        atomic_write_json(history_dir(root, engine) / LAST_PUBLISH, {
-            "version": 1, "engine": engine, "from": state["from"]["version"], "to": version, "dir": hist.name,
-            "published": _snapshot(root, manifest)})
+        atomic_write_json(
+            history_dir(root, engine) / LAST_PUBLISH,
+            {
+                "version": 1,
+                "engine": engine,
+                "from": state["from"]["version"],
+                "to": version,
+                "dir": hist.name,
+                "published": _snapshot(root, manifest),
+            },
+        )
     except BaseException:  # put the old series back now; when that fails too, --abort does it from the backup
         with contextlib.suppress(Exception):
             _restore_backup(root, manifest, backup)
@@ -186,11 +227,15 @@ def _publish(
             _save_state(sdir, state)
         raise
     shutil.rmtree(sdir)
-    reporter.step("rebase", f"published: {engine} {version}, {len(new_files)} patches, {len(dropped)} dropped")
+    reporter.step(
+        "rebase", f"published: {engine} {version}, {len(new_files)} patches, {len(dropped)} dropped"
+    )
     return result
 
 
-def edited_manifest(manifest: Manifest, version: str, artifacts: tuple[Artifact, ...], commit: str | None) -> str:
+def edited_manifest(
+    manifest: Manifest, version: str, artifacts: tuple[Artifact, ...], commit: str | None
+) -> str:
     """The manifest text with the pin moved to ``version`` (values edited in place), checked by loading it."""
     old = manifest.upstream
     edits = [Edit("upstream", "version", version)]
@@ -198,26 +243,58 @@ def edited_manifest(manifest: Manifest, version: str, artifacts: tuple[Artifact,
         if old.version in old.tag:
             edits.append(Edit("upstream", "tag", old.tag.replace(old.version, version)))
         else:
-            edits.append(Edit("upstream", "tag", None, comment=f"tag: unknown for {version} (was {old.tag!r} for {old.version})"))
+            edits.append(
+                Edit(
+                    "upstream",
+                    "tag",
+                    None,
+                    comment=f"tag: unknown for {version} (was {old.tag!r} for {old.version})",
+                )
+            )
     if commit:
         edits.append(Edit("upstream", "commit", commit))
     elif old.commit:
-        edits.append(Edit("upstream", "commit", None,
-                          comment=f"commit: unknown for {version}; `overlay rebase` dropped {old.commit} ({old.version}). "
-                          "Set it when established (`apply --source git` needs it)."))
+        edits.append(
+            Edit(
+                "upstream",
+                "commit",
+                None,
+                comment=f"commit: unknown for {version}; `overlay rebase` dropped {old.commit} ({old.version}). "
+                "Set it when established (`apply --source git` needs it).",
+            )
+        )
     text = manifest.path.read_text(encoding="utf-8")
-    if len(artifacts) == len(old.artifacts):  # the same set of files: edit each table in place (its comments stay)
+    if len(artifacts) == len(
+        old.artifacts
+    ):  # the same set of files: edit each table in place (its comments stay)
         for i, (a, b) in enumerate(zip(old.artifacts, artifacts)):
             edits.append(Edit("upstream.artifacts", "filename", b.filename, index=i))
             edits.append(Edit("upstream.artifacts", "sha256", b.sha256, index=i))
             if b.url or a.url:
-                edits.append(Edit("upstream.artifacts", "url", b.url, index=i,
-                                  comment=None if b.url else "url: removed by `overlay rebase` (the new artifact is on the index)"))
+                edits.append(
+                    Edit(
+                        "upstream.artifacts",
+                        "url",
+                        b.url,
+                        index=i,
+                        comment=None
+                        if b.url
+                        else "url: removed by `overlay rebase` (the new artifact is on the index)",
+                    )
+                )
     else:  # the release has more or fewer files than the pinned one: the artifact tables are written anew
-        rows = [{"filename": b.filename, "sha256": b.sha256, **({"url": b.url} if b.url else {})} for b in artifacts]
-        text = replace_tables(text, "upstream.artifacts", rows, where=str(manifest.path),
-                              comment=f"{len(artifacts)} files of {version} (`overlay rebase`; {old.version} had "
-                                      f"{len(old.artifacts)})")
+        rows = [
+            {"filename": b.filename, "sha256": b.sha256, **({"url": b.url} if b.url else {})}
+            for b in artifacts
+        ]
+        text = replace_tables(
+            text,
+            "upstream.artifacts",
+            rows,
+            where=str(manifest.path),
+            comment=f"{len(artifacts)} files of {version} (`overlay rebase`; {old.version} had "
+            f"{len(old.artifacts)})",
+        )
     text = apply_edits(text, edits, where=str(manifest.path))
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / manifest.path.name
@@ -226,15 +303,25 @@ def edited_manifest(manifest: Manifest, version: str, artifacts: tuple[Artifact,
     if loaded.upstream.version != version or tuple(a.sha256 for a in loaded.upstream.artifacts) != tuple(
         a.sha256 for a in artifacts
     ):
-        raise ConfigError(f"{manifest.path}: editing the pin in place did not give the expected values; edit it by hand")
+        raise ConfigError(
+            f"{manifest.path}: editing the pin in place did not give the expected values; edit it by hand"
+        )
     return text
 
 
-def _series_text(old: str, engine: str, version: str, commit: str | None, names: list[str],
-                 previous: dict[str, str] | None = None) -> str:
+def _series_text(
+    old: str,
+    engine: str,
+    version: str,
+    commit: str | None,
+    names: list[str],
+    previous: dict[str, str] | None = None,
+) -> str:
     """The new ``series``: the new base line, the rebased names, the old file's comments and blank lines kept with
     their entries (:func:`overlay.core.series.render_series`, the writer ``refresh`` uses too)."""
-    return render_series(old, header=f"# base: {engine} {version} {commit or '-'}", names=names, previous=previous)
+    return render_series(
+        old, header=f"# base: {engine} {version} {commit or '-'}", names=names, previous=previous
+    )
 
 
 LEDGER_HEADER = """\
@@ -269,7 +356,9 @@ def _ledger_text(old: str, dropped: list[Outcome], by_name: dict[str, Patch], fr
     return text
 
 
-def _restore_backup(root: Path, manifest: Manifest, backup: Path, *, series_name: str = "series") -> list[str]:
+def _restore_backup(
+    root: Path, manifest: Manifest, backup: Path, *, series_name: str = "series"
+) -> list[str]:
     series_dir = manifest.series_dir(root)
     restored = []
     saved = {p.name for p in (backup / series_name).iterdir()}

@@ -31,20 +31,14 @@ from packaging.version import Version
 from overlay.core.manifest import Manifest, load_engine
 from overlay.core.series import Patch, load_engine_series
 from overlay.errors import ConfigError, UsageError
-from overlay.fsutil import (
-    atomic_write_bytes,
-    owned_scratch,
-)
+from overlay.fsutil import atomic_write_bytes, owned_scratch
 from overlay.git import ops as gitops
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import base_message
 from overlay.stack.locks import engine_lock
 from overlay.stack.transaction import recover_refresh
-from overlay.upstream.rebase.publishing import (
-    _publish,
-    _restore_backup,
-)
+from overlay.upstream.rebase.publishing import _publish, _restore_backup
 from overlay.upstream.rebase.state import (
     BACKUP_COMPLETE,
     STATE_FILE,
@@ -97,12 +91,32 @@ def rebase(
     (a dry run takes none: it writes only its own scratch folder)."""
     load_engine(root, engine)
     if dry_run:
-        return _rebase(root=root, engine=engine, to=to, url=url, commit=commit, force=force, dry_run=True,
-                       offline=offline, reporter=reporter)
-    with engine_lock(root, engine, command=f"overlay rebase {engine} --to {to}", wait=wait, reporter=reporter):
+        return _rebase(
+            root=root,
+            engine=engine,
+            to=to,
+            url=url,
+            commit=commit,
+            force=force,
+            dry_run=True,
+            offline=offline,
+            reporter=reporter,
+        )
+    with engine_lock(
+        root, engine, command=f"overlay rebase {engine} --to {to}", wait=wait, reporter=reporter
+    ):
         recover_refresh(root, engine, reporter=reporter)
-        return _rebase(root=root, engine=engine, to=to, url=url, commit=commit, force=force, dry_run=False,
-                       offline=offline, reporter=reporter)
+        return _rebase(
+            root=root,
+            engine=engine,
+            to=to,
+            url=url,
+            commit=commit,
+            force=force,
+            dry_run=False,
+            offline=offline,
+            reporter=reporter,
+        )
 
 
 def _rebase(
@@ -128,39 +142,74 @@ def _rebase(
         )
     version = check_version(to)
     if Version(version) == Version(manifest.upstream.version):
-        raise UsageError(f"{engine} is already pinned at {manifest.upstream.version}; nothing to rebase",
-                         tip="name another release with --to")
+        raise UsageError(
+            f"{engine} is already pinned at {manifest.upstream.version}; nothing to rebase",
+            tip="name another release with --to",
+        )
     if commit is not None and not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise UsageError(f"--commit {commit!r} is not a full 40-hex git commit id")
     if not manifest.upstream.primary.is_wheel:
-        raise UsageError(f"{engine}: rebase needs a wheel pin, {manifest.upstream.primary.filename} is an sdist")
+        raise UsageError(
+            f"{engine}: rebase needs a wheel pin, {manifest.upstream.primary.filename} is an sdist"
+        )
     series = load_engine_series(root, manifest)
     if not force and not dry_run:
         _checkout_guard(root, engine)
-    old = resolve_release(root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter)
-    new = resolve_release(root, manifest, version, url=url, primary_only=dry_run, offline=offline, reporter=reporter)
+    old = resolve_release(
+        root, manifest, manifest.upstream.version, primary_only=True, offline=offline, reporter=reporter
+    )
+    new = resolve_release(
+        root, manifest, version, url=url, primary_only=dry_run, offline=offline, reporter=reporter
+    )
     root_pkg = manifest.upstream.package_root
     allow = manifest.upstream.allow_members
     old_files = wheel_tree(old.primary_path, root_pkg, allow_members=allow)
     new_files = wheel_tree(new.primary_path, root_pkg, allow_members=allow)
     new_manifest = manifest_at(manifest, version, new.artifacts)
-    reporter.step("rebase", f"{engine}: {manifest.upstream.version} -> {version}, {len(series.patches)} patches")
+    reporter.step(
+        "rebase", f"{engine}: {manifest.upstream.version} -> {version}, {len(series.patches)} patches"
+    )
     if dry_run:
         with owned_scratch(layout(root).tmp, f"rebase-{engine}") as scratch:
-            ws = prepare(scratch / "repo", old_files=old_files, old_message=base_message(manifest), new_files=new_files,
-                         new_message=base_message(new_manifest), patches=series.patches, new_version=version,
-                         reporter=reporter)
+            ws = prepare(
+                scratch / "repo",
+                old_files=old_files,
+                old_message=base_message(manifest),
+                new_files=new_files,
+                new_message=base_message(new_manifest),
+                patches=series.patches,
+                new_version=version,
+                reporter=reporter,
+            )
             outcomes = replay_all(ws, series.patches, stop=False, reporter=reporter)
             outcomes = estimate_conflicts(ws, series.patches, outcomes, reporter=reporter)
-        return RebaseResult(engine=engine, from_version=manifest.upstream.version, to_version=version, status="dry-run",
-                            outcomes=tuple(outcomes), pending=(), repo=None, report=None, artifacts=new.artifacts,
-                            seconds=time.perf_counter() - t0, warnings=_requires_warnings(outcomes, series.patches))
+        return RebaseResult(
+            engine=engine,
+            from_version=manifest.upstream.version,
+            to_version=version,
+            status="dry-run",
+            outcomes=tuple(outcomes),
+            pending=(),
+            repo=None,
+            report=None,
+            artifacts=new.artifacts,
+            seconds=time.perf_counter() - t0,
+            warnings=_requires_warnings(outcomes, series.patches),
+        )
     if sdir.exists():
         shutil.rmtree(sdir)  # left by a run killed before it wrote its state
     sdir.mkdir(parents=True)
     try:
-        ws = prepare(sdir / "repo", old_files=old_files, old_message=base_message(manifest), new_files=new_files,
-                     new_message=base_message(new_manifest), patches=series.patches, new_version=version, reporter=reporter)
+        ws = prepare(
+            sdir / "repo",
+            old_files=old_files,
+            old_message=base_message(manifest),
+            new_files=new_files,
+            new_message=base_message(new_manifest),
+            patches=series.patches,
+            new_version=version,
+            reporter=reporter,
+        )
     except BaseException:
         shutil.rmtree(sdir, ignore_errors=True)
         raise
@@ -189,8 +238,13 @@ def _rebase(
 
 
 def _drive(
-    root: Path, manifest: Manifest, state: dict[str, Any], ws: Workspace, patches: tuple[Patch, ...],
-    reporter: Reporter, t0: float,
+    root: Path,
+    manifest: Manifest,
+    state: dict[str, Any],
+    ws: Workspace,
+    patches: tuple[Patch, ...],
+    reporter: Reporter,
+    t0: float,
 ) -> RebaseResult:
     engine = manifest.name
     sdir = state_dir(root, engine)
@@ -198,7 +252,10 @@ def _drive(
     for i in range(len(outcomes), len(patches)):
         patch = patches[i]
         out = classify(ws, i, patch, reporter=reporter)
-        reporter.step("rebase", f"[{i + 1}/{len(patches)}] {patch.name}: {out.cls}" + (f" ({out.detail})" if out.detail else ""))
+        reporter.step(
+            "rebase",
+            f"[{i + 1}/{len(patches)}] {patch.name}: {out.cls}" + (f" ({out.detail})" if out.detail else ""),
+        )
         outcomes.append(out)
         state["outcomes"] = [o.to_json() for o in outcomes]
         state["head"] = ws.head()
@@ -214,18 +271,24 @@ def _drive(
     return _review_or_publish(root, manifest, state, ws, patches, outcomes, reporter)
 
 
-def review_reasons(state: dict[str, Any], outcomes: Sequence[Outcome], patches: tuple[Patch, ...]) -> tuple[str, ...]:
+def review_reasons(
+    state: dict[str, Any], outcomes: Sequence[Outcome], patches: tuple[Patch, ...]
+) -> tuple[str, ...]:
     """Why a finished replay must be looked at before it is published (empty: publish at once): a patch the 3-way
     merge changed, a hunk that moved to another symbol, an Overlay-Requires a drop broke, a target older than the pin."""
     out: list[str] = []
     merged = [o.name for o in outcomes if o.cls == "merged" and o.commit]
     if merged:
-        out.append(f"{len(merged)} patch{'es' * (len(merged) != 1)} resolved by a 3-way merge, not applied as written: "
-                   + ", ".join(merged))
+        out.append(
+            f"{len(merged)} patch{'es' * (len(merged) != 1)} resolved by a 3-way merge, not applied as written: "
+            + ", ".join(merged)
+        )
     moved = [(o.name, m) for o in outcomes for m in o.moved]
     if moved:
-        out.append(f"{len(moved)} hunk{'s' * (len(moved) != 1)} moved to another function or class: "
-                   + "; ".join(f"{n[:4]} {m.describe()}" for n, m in moved))
+        out.append(
+            f"{len(moved)} hunk{'s' * (len(moved) != 1)} moved to another function or class: "
+            + "; ".join(f"{n[:4]} {m.describe()}" for n, m in moved)
+        )
     warnings = _requires_warnings(outcomes, patches)
     if warnings:
         out.append(f"{len(warnings)} Overlay-Requires broken by a dropped patch")
@@ -236,8 +299,13 @@ def review_reasons(state: dict[str, Any], outcomes: Sequence[Outcome], patches: 
 
 
 def _review_or_publish(
-    root: Path, manifest: Manifest, state: dict[str, Any], ws: Workspace, patches: tuple[Patch, ...],
-    outcomes: list[Outcome], reporter: Reporter,
+    root: Path,
+    manifest: Manifest,
+    state: dict[str, Any],
+    ws: Workspace,
+    patches: tuple[Patch, ...],
+    outcomes: list[Outcome],
+    reporter: Reporter,
 ) -> RebaseResult:
     reasons = review_reasons(state, outcomes, patches)
     if not reasons:
@@ -260,8 +328,13 @@ def resume(
     """``--continue`` (take the user's resolution of the stopped patch) or ``--skip`` (drop it), then go on; holds the
     engine's lock."""
     load_engine(root, engine)
-    with engine_lock(root, engine, command=f"overlay rebase {engine} {'--skip' if skip else '--continue'}", wait=wait,
-                     reporter=reporter):
+    with engine_lock(
+        root,
+        engine,
+        command=f"overlay rebase {engine} {'--skip' if skip else '--continue'}",
+        wait=wait,
+        reporter=reporter,
+    ):
         return _resume(root=root, engine=engine, skip=skip, reporter=reporter)
 
 
@@ -278,13 +351,15 @@ def _resume(*, root: Path, engine: str, skip: bool, reporter: Reporter | None) -
         raise UsageError(
             f"the rebase of {engine} has every patch resolved and is stopped for review before publishing",
             tip=f"look at it (`overlay rebase {engine}` prints the table), then `overlay rebase {engine} --publish`; "
-                "or --abort to give up",
+            "or --abort to give up",
         )
     if not outcomes or outcomes[-1].resolved:
         # not stopped on a patch: a run was interrupted; drop its unrecorded attempt and go on from the record
         if skip:
-            raise UsageError(f"the rebase of {engine} is not stopped on a patch; nothing to skip",
-                             tip=f"`overlay rebase {engine} --continue` goes on, --abort gives up")
+            raise UsageError(
+                f"the rebase of {engine} is not stopped on a patch; nothing to skip",
+                tip=f"`overlay rebase {engine} --continue` goes on, --abort gives up",
+            )
         discard_attempt(ws.repo)
         gitops.run(["reset", "-q", "--hard", state["head"]], cwd=ws.repo)
         if len(outcomes) == len(patches):
@@ -293,7 +368,9 @@ def _resume(*, root: Path, engine: str, skip: bool, reporter: Reporter | None) -
     stopped = outcomes[-1]
     index = len(outcomes) - 1
     resolved = resolve_stopped(ws, patches[index], stopped, state["head"], skip=skip, engine=engine)
-    reporter.step("rebase", f"[{index + 1}/{len(patches)}] {stopped.name}: {stopped.cls}, {resolved.resolution}")
+    reporter.step(
+        "rebase", f"[{index + 1}/{len(patches)}] {stopped.name}: {stopped.cls}, {resolved.resolution}"
+    )
     outcomes[-1] = resolved
     state["outcomes"] = [o.to_json() for o in outcomes]
     state["head"] = ws.head()
@@ -336,7 +413,9 @@ def _abort(*, root: Path, engine: str, reporter: Reporter | None) -> AbortResult
     else:
         report.unlink(missing_ok=True)
     shutil.rmtree(sdir)
-    reporter.step("rebase", f"aborted: removed {sdir}" + (f", restored {len(restored)} files" if restored else ""))
+    reporter.step(
+        "rebase", f"aborted: removed {sdir}" + (f", restored {len(restored)} files" if restored else "")
+    )
     return AbortResult(engine=engine, removed=sdir, restored=tuple(restored))
 
 
@@ -356,5 +435,3 @@ def status(*, root: Path, engine: str) -> RebaseResult | None:
 
 
 # ------------------------------------------------------------------ state, snapshot, report
-
-

@@ -11,21 +11,13 @@ from typing import Any, Literal, cast
 from overlay.core.manifest import Artifact, Manifest, check_engine_name
 from overlay.core.series import Patch, load_engine_series
 from overlay.errors import ConfigError, UsageError
-from overlay.fsutil import (
-    atomic_write_json,
-    read_json_state,
-    sha256_bytes,
-)
+from overlay.fsutil import atomic_write_json, read_json_state, sha256_bytes
 from overlay.git import ops as gitops
 from overlay.paths import layout
 from overlay.schemas.documents import Artifact as ArtifactDoc
 from overlay.schemas.documents import NotReached, OutcomeDoc, RebaseReport, ReportPatch
 from overlay.stack.checkout import default_worktree, read_state
-from overlay.upstream.replay import (
-    CLASSES,
-    Outcome,
-    Workspace,
-)
+from overlay.upstream.replay import CLASSES, Outcome, Workspace
 
 STATE_FILE = "state.json"
 
@@ -67,7 +59,9 @@ class RebaseResult:
     artifacts: tuple[Artifact, ...]
     series: tuple[str, ...] = ()  # the published series
     seconds: float = 0.0
-    warnings: tuple[str, ...] = ()  # Overlay-Requires that a dropped or skipped patch broke (lint refuses them)
+    warnings: tuple[
+        str, ...
+    ] = ()  # Overlay-Requires that a dropped or skipped patch broke (lint refuses them)
     review: tuple[str, ...] = ()  # why the rebase stopped before publishing (status "review")
     # the report as written to build/reports/ENGINE-rebase.json (`--json` prints this same document)
     document: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -104,10 +98,14 @@ def _save_state(sdir: Path, state: dict[str, Any]) -> None:
 def _load_state(root: Path, engine: str) -> dict[str, Any]:
     path = state_dir(root, engine) / STATE_FILE
     if not path.is_file():
-        raise UsageError(f"no rebase of {engine} is in progress (no {path})",
-                         tip=f"start one with `overlay rebase {engine} --to VERSION`")
-    tip = (f"`overlay rebase {engine} --abort` discards the rebase (patches/ and overlays/ are put back from its "
-           "backup if a publish was interrupted)")
+        raise UsageError(
+            f"no rebase of {engine} is in progress (no {path})",
+            tip=f"start one with `overlay rebase {engine} --to VERSION`",
+        )
+    tip = (
+        f"`overlay rebase {engine} --abort` discards the rebase (patches/ and overlays/ are put back from its "
+        "backup if a publish was interrupted)"
+    )
     data = read_json_state(path, what="rebase state", tip=tip)
     problem = _state_problem(data, engine)
     if problem:
@@ -132,12 +130,20 @@ def _state_problem(data: Any, engine: str) -> str:
     frm, to = data.get("from"), data.get("to")
     if not isinstance(frm, dict) or not isinstance(frm.get("version"), str):
         return "'from' has no version"
-    if not isinstance(to, dict) or not isinstance(to.get("version"), str) or not isinstance(to.get("artifacts"), list):
+    if (
+        not isinstance(to, dict)
+        or not isinstance(to.get("version"), str)
+        or not isinstance(to.get("artifacts"), list)
+    ):
         return "'to' has no version or artifacts"
-    if not all(isinstance(a, dict) and isinstance(a.get("filename"), str) and isinstance(a.get("sha256"), str)
-               for a in to["artifacts"]):
+    if not all(
+        isinstance(a, dict) and isinstance(a.get("filename"), str) and isinstance(a.get("sha256"), str)
+        for a in to["artifacts"]
+    ):
         return "'to.artifacts' is not a list of {filename, sha256}"
-    if not isinstance(data.get("old_commits"), list) or not all(isinstance(c, str) for c in data["old_commits"]):
+    if not isinstance(data.get("old_commits"), list) or not all(
+        isinstance(c, str) for c in data["old_commits"]
+    ):
         return "'old_commits' is not a list of commit ids"
     if not isinstance(data.get("patches"), list) or not all(
         isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("sha256"), str)
@@ -145,10 +151,16 @@ def _state_problem(data: Any, engine: str) -> str:
     ):
         return "'patches' is not a list of {name, sha256}"
     snap = data.get("snapshot")
-    if not isinstance(snap, dict) or not isinstance(snap.get("manifest"), str) or not isinstance(snap.get("series"), dict):
+    if (
+        not isinstance(snap, dict)
+        or not isinstance(snap.get("manifest"), str)
+        or not isinstance(snap.get("series"), dict)
+    ):
         return "'snapshot' has no manifest hash or series"
     renames = data.get("renames", {})
-    if not isinstance(renames, dict) or not all(isinstance(v, list) and len(v) == 2 for v in renames.values()):
+    if not isinstance(renames, dict) or not all(
+        isinstance(v, list) and len(v) == 2 for v in renames.values()
+    ):
         return "'renames' is not a map of [path, similarity]"
     if not isinstance(data.get("outcomes"), list):
         return "'outcomes' is not a list"
@@ -193,7 +205,11 @@ def _snapshot(root: Path, manifest: Manifest) -> dict[str, Any]:
 def _check_snapshot(root: Path, manifest: Manifest, state: dict[str, Any]) -> None:
     now = _snapshot(root, manifest)
     if now != state["snapshot"]:
-        what = manifest.path.name if now["manifest"] != state["snapshot"]["manifest"] else f"patches/{manifest.name}"
+        what = (
+            manifest.path.name
+            if now["manifest"] != state["snapshot"]["manifest"]
+            else f"patches/{manifest.name}"
+        )
         raise UsageError(
             f"{what} changed while the rebase of {manifest.name} was in progress; publishing now would overwrite that",
             tip=f"undo the change, or `overlay rebase {manifest.name} --abort` and start again",
@@ -205,20 +221,29 @@ def _checkout_guard(root: Path, engine: str) -> None:
     wt = default_worktree(root, engine)
     if not (wt / ".git").is_dir():
         return
-    tip = (f"`overlay refresh {engine}` first (or discard the work), or pass --force to rebase the series as it is in "
-           f"patches/{engine} (the worktree stays on the old base)")
+    tip = (
+        f"`overlay refresh {engine}` first (or discard the work), or pass --force to rebase the series as it is in "
+        f"patches/{engine} (the worktree stays on the old base)"
+    )
     # --no-optional-locks: looking must not rewrite the worktree's index (abort promises a byte-identical worktree)
     dirty = gitops.status_paths(wt, optional_locks=False)
     if dirty:
-        raise UsageError(f"{wt} has uncommitted changes ({', '.join(dirty[:3])}{' ...' if len(dirty) > 3 else ''})", tip=tip)
+        raise UsageError(
+            f"{wt} has uncommitted changes ({', '.join(dirty[:3])}{' ...' if len(dirty) > 3 else ''})",
+            tip=tip,
+        )
     try:
         st = read_state(wt, engine=engine)
     except UsageError:
         return
-    proc = gitops.run(["rev-list", "--reverse", "--end-of-options", f"{st['base']}..HEAD"], cwd=wt, check=False)
+    proc = gitops.run(
+        ["rev-list", "--reverse", "--end-of-options", f"{st['base']}..HEAD"], cwd=wt, check=False
+    )
     commits = proc.stdout.decode().split()
     if proc.returncode != 0 or commits != [p["commit"] for p in st.get("patches", [])]:
-        raise UsageError(f"{wt} has commits that `overlay refresh` has not written back to patches/{engine}", tip=tip)
+        raise UsageError(
+            f"{wt} has commits that `overlay refresh` has not written back to patches/{engine}", tip=tip
+        )
 
 
 def _artifact_json(a: Artifact) -> ArtifactDoc:
@@ -233,8 +258,14 @@ def _artifact_from_json(d: dict[str, str]) -> Artifact:
 
 
 def _result(
-    root: Path, state: dict[str, Any], outcomes: list[Outcome], patches: tuple[Patch, ...], status: Status,
-    repo: Path | None, *, series: tuple[str, ...] = (),
+    root: Path,
+    state: dict[str, Any],
+    outcomes: list[Outcome],
+    patches: tuple[Patch, ...],
+    status: Status,
+    repo: Path | None,
+    *,
+    series: tuple[str, ...] = (),
 ) -> RebaseResult:
     result = RebaseResult(
         engine=state["engine"],
@@ -242,7 +273,7 @@ def _result(
         to_version=state["to"]["version"],
         status=status,
         outcomes=tuple(outcomes),
-        pending=tuple(p.name for p in patches[len(outcomes):]),
+        pending=tuple(p.name for p in patches[len(outcomes) :]),
         repo=repo,
         report=report_path(root, state["engine"]),
         artifacts=tuple(_artifact_from_json(a) for a in state["to"]["artifacts"]),
@@ -266,7 +297,9 @@ def _report_patch(outcome: OutcomeDoc, upstream_status: str | None) -> ReportPat
     return cast(ReportPatch, {**outcome, "upstream_status": upstream_status})
 
 
-def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: dict[str, Any] | None = None) -> RebaseReport:
+def report_json(
+    result: RebaseResult, patches: tuple[Patch, ...] = (), state: dict[str, Any] | None = None
+) -> RebaseReport:
     by_name = {p.name: p for p in patches}
     stopped = result.stopped
     return {
@@ -274,18 +307,27 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
         "engine": result.engine,
         "status": result.status,
         "from": state["from"] if state else {"version": result.from_version},
-        "to": state["to"] if state else {"version": result.to_version,
-                                         "artifacts": [_artifact_json(a) for a in result.artifacts]},
+        "to": state["to"]
+        if state
+        else {"version": result.to_version, "artifacts": [_artifact_json(a) for a in result.artifacts]},
         "patches": [
-            *(_report_patch(o.to_json(), by_name[o.name].upstream_status if o.name in by_name else None)
-              for o in result.outcomes),
+            *(
+                _report_patch(o.to_json(), by_name[o.name].upstream_status if o.name in by_name else None)
+                for o in result.outcomes
+            ),
             *(NotReached({"name": n, "class": None, "resolution": "not reached"}) for n in result.pending),
         ],
         "counts": result.counts(),
-        "conflicts": {"own": sum(1 for o in result.outcomes if o.conflict_kind == "own"),
-                      "inherited": sum(1 for o in result.outcomes if o.conflict_kind == "inherited")},
-        "stopped": None if stopped is None else {
-            "patch": stopped.name, "class": stopped.cls, "detail": stopped.detail,
+        "conflicts": {
+            "own": sum(1 for o in result.outcomes if o.conflict_kind == "own"),
+            "inherited": sum(1 for o in result.outcomes if o.conflict_kind == "inherited"),
+        },
+        "stopped": None
+        if stopped is None
+        else {
+            "patch": stopped.name,
+            "class": stopped.cls,
+            "detail": stopped.detail,
             "paths": list(stopped.conflicts or stopped.gone or [r[0] for r in stopped.renames]),
             "worktree": str(result.repo) if result.repo else None,
         },
@@ -297,5 +339,9 @@ def report_json(result: RebaseResult, patches: tuple[Patch, ...] = (), state: di
     }
 
 
-def _write_report(root: Path, state: dict[str, Any], result: RebaseResult, patches: tuple[Patch, ...]) -> None:
-    atomic_write_json(report_path(root, state["engine"]), dict(result.document or report_json(result, patches, state)))
+def _write_report(
+    root: Path, state: dict[str, Any], result: RebaseResult, patches: tuple[Patch, ...]
+) -> None:
+    atomic_write_json(
+        report_path(root, state["engine"]), dict(result.document or report_json(result, patches, state))
+    )

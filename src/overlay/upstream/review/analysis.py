@@ -28,13 +28,7 @@ from overlay.upstream.astmap import (
     symbols,
 )
 from overlay.upstream.relocate import relocate_patch, reverse_patch
-from overlay.upstream.replay import (
-    Outcome,
-    Workspace,
-    commit_patch_bytes,
-    location_check,
-    read_blobs,
-)
+from overlay.upstream.replay import Outcome, Workspace, commit_patch_bytes, location_check, read_blobs
 from overlay.upstream.review.model import (
     Duplicate,
     PatchReview,
@@ -52,9 +46,21 @@ def _reader(repo: Path, rev: str, paths: list[str]) -> Callable[[str], bytes | N
 
 
 def _analyse(
-    engine: str, a: str, b: str, ws: Workspace, files_a: dict[str, bytes], files_b: dict[str, bytes],
-    old: Series | None, new_patches: list[Patch], new_commits: list[str], outcomes: list[Outcome], notes: list[str],
-    *, old_source: str, new_source: str, mapping: dict[str, str] | None,
+    engine: str,
+    a: str,
+    b: str,
+    ws: Workspace,
+    files_a: dict[str, bytes],
+    files_b: dict[str, bytes],
+    old: Series | None,
+    new_patches: list[Patch],
+    new_commits: list[str],
+    outcomes: list[Outcome],
+    notes: list[str],
+    *,
+    old_source: str,
+    new_source: str,
+    mapping: dict[str, str] | None,
 ) -> ReviewResult:
     repo = ws.repo
     renames = {p: n for p, (n, _s) in ws.renames.items()}
@@ -76,8 +82,15 @@ def _analyse(
         paths = [fd.old_path for fd in patch.files if fd.old_path]
         locs = hunk_locations(patch, _reader(repo, f"{commit}^", paths))
         o = by_outcome.get(patch.name)
-        reviews.append(PatchReview(name=patch.name, subject=patch.subject, hunks=tuple(locs),
-                                   rebase_class=o.cls if o else None, rebase_detail=o.detail if o else None))
+        reviews.append(
+            PatchReview(
+                name=patch.name,
+                subject=patch.subject,
+                hunks=tuple(locs),
+                rebase_class=o.cls if o else None,
+                rebase_detail=o.detail if o else None,
+            )
+        )
         for fd in patch.files:
             file_patches.setdefault(fd.old_path or fd.new_path or "", []).append(patch.name)
             if fd.kind == "add" and fd.new_path:
@@ -105,13 +118,25 @@ def _analyse(
     if old is not None:
         range_diff = tuple(
             dataclasses.replace(e, note=f"{by_outcome[e.old].cls}: {by_outcome[e.old].detail}")
-            if e.kind == "dropped" and e.old in by_outcome else e
+            if e.kind == "dropped" and e.old in by_outcome
+            else e
             for e in _range_diff(ws, old, new_patches, new_commits, renames, mapping)
         )
     return ReviewResult(
-        engine=engine, from_version=a, to_version=b, anchor=anchor, old_source=old_source, new_source=new_source,
-        patches=tuple(reviews), files=tuple(files), symbols=tuple(symbols), duplicates=tuple(duplicates),
-        range_diff=range_diff, notes=tuple(notes), seconds=0.0, elsewhere=elsewhere,
+        engine=engine,
+        from_version=a,
+        to_version=b,
+        anchor=anchor,
+        old_source=old_source,
+        new_source=new_source,
+        patches=tuple(reviews),
+        files=tuple(files),
+        symbols=tuple(symbols),
+        duplicates=tuple(duplicates),
+        range_diff=range_diff,
+        notes=tuple(notes),
+        seconds=0.0,
+        elsewhere=elsewhere,
     )
 
 
@@ -123,9 +148,17 @@ def _added_by_series(path: str, qual: str, text: bytes, own: SymbolIndex, other:
     note = "in a file the series adds" + (f"; upstream has a {path} too" if upstream else "")
     if sym is None:
         return SymbolChange(path=path, qualname=qual, kind=None, status="added-by-series", note=note)
-    return SymbolChange(path=path, qualname=qual, kind=sym.kind, status="added-by-series", note=note,
-                        new_path=path, new_qualname=qual, new_source=source_of(text.decode("utf-8", "replace"), sym),
-                        new_line=sym.start)
+    return SymbolChange(
+        path=path,
+        qualname=qual,
+        kind=sym.kind,
+        status="added-by-series",
+        note=note,
+        new_path=path,
+        new_qualname=qual,
+        new_source=source_of(text.decode("utf-8", "replace"), sym),
+        new_line=sym.start,
+    )
 
 
 def _elsewhere(
@@ -137,7 +170,11 @@ def _elsewhere(
         if f.status not in ("changed", "renamed") or f.new_path is None:
             continue
         ours = {s.change.qualname for s in symbols if s.change.path == f.path}
-        ours |= {s.change.new_qualname for s in symbols if s.change.new_path == f.new_path and s.change.new_qualname}
+        ours |= {
+            s.change.new_qualname
+            for s in symbols
+            if s.change.new_path == f.new_path and s.change.new_qualname
+        }
         found = file_changes(f.path, f.new_path, index_a, index_b, skip=sorted(ours))
         if found:
             out.append((f, tuple(found)))
@@ -145,10 +182,19 @@ def _elsewhere(
 
 
 def _touched_files(
-    repo: Path, ws: Workspace, file_patches: dict[str, list[str]], files_a: dict[str, bytes], files_b: dict[str, bytes],
-    renames: dict[str, str], anchor: str, added_by_series: set[str],
+    repo: Path,
+    ws: Workspace,
+    file_patches: dict[str, list[str]],
+    files_a: dict[str, bytes],
+    files_b: dict[str, bytes],
+    renames: dict[str, str],
+    anchor: str,
+    added_by_series: set[str],
 ) -> list[TouchedFile]:
-    counts = {old: (added, deleted) for added, deleted, old, _new in gitops.diff_numstat(repo, ws.old_base, ws.new_base)}
+    counts = {
+        old: (added, deleted)
+        for added, deleted, old, _new in gitops.diff_numstat(repo, ws.old_base, ws.new_base)
+    }
     back = {n: p for p, n in renames.items()}
     out = []
     for path, names in file_patches.items():
@@ -168,8 +214,16 @@ def _touched_files(
             status = "unchanged"
         else:
             status = "changed"
-        out.append(TouchedFile(path=a_path, new_path=b_path if in_b else None, status=status, added=added,
-                               removed=removed, patches=tuple(dict.fromkeys(names))))
+        out.append(
+            TouchedFile(
+                path=a_path,
+                new_path=b_path if in_b else None,
+                status=status,
+                added=added,
+                removed=removed,
+                patches=tuple(dict.fromkeys(names)),
+            )
+        )
     return out
 
 
@@ -179,19 +233,32 @@ def _meaningful(line: bytes) -> bool:
 
 
 def _duplicates(
-    repo: Path, ws: Workspace, old: Series, index_a: SymbolIndex, index_b: SymbolIndex, renames: dict[str, str],
-    symbols: list[TouchedSymbol], outcomes: list[Outcome], b: str,
+    repo: Path,
+    ws: Workspace,
+    old: Series,
+    index_a: SymbolIndex,
+    index_b: SymbolIndex,
+    renames: dict[str, str],
+    symbols: list[TouchedSymbol],
+    outcomes: list[Outcome],
+    b: str,
 ) -> list[Duplicate]:
     out: list[Duplicate] = []
     outcome = {o.name: o for o in outcomes}
     for patch, commit in zip(old.patches, ws.old_commits):
         o = outcome.get(patch.name)
         # 1. the patch reverse-applies on B: upstream contains it
-        tree_b = MemoryTree({p: index_b.files[renames.get(p, p)] for p in patch.paths if renames.get(p, p) in index_b.files})
+        tree_b = MemoryTree(
+            {p: index_b.files[renames.get(p, p)] for p in patch.paths if renames.get(p, p) in index_b.files}
+        )
         try:
             rev, _pl = relocate_patch(tree_b, reverse_patch(patch))
             apply_patch(MemoryTree(dict(tree_b.files)), rev)
-            out.append(Duplicate(patch.name, "reverse-applies", f"the patch reverse-applies on {b}: upstream contains it"))
+            out.append(
+                Duplicate(
+                    patch.name, "reverse-applies", f"the patch reverse-applies on {b}: upstream contains it"
+                )
+            )
             continue
         except PatchError:
             pass
@@ -201,8 +268,11 @@ def _duplicates(
         found = False
         for ts in symbols:
             ch = ts.change
-            if patch.name not in ts.patches or ch.qualname == MODULE or ch.status not in ("changed", "rewritten", "moved",
-                                                                                             "renamed", "added-by-series"):
+            if (
+                patch.name not in ts.patches
+                or ch.qualname == MODULE
+                or ch.status not in ("changed", "rewritten", "moved", "renamed", "added-by-series")
+            ):
                 continue
             data = post(ch.path)
             mod = SymbolIndex({ch.path: data}) if data is not None else None
@@ -211,16 +281,26 @@ def _duplicates(
                 continue
             patched = source_of(data.decode("utf-8", "replace") if data else "", sym)
             if patched != ch.old_source and ast_equal(patched, ch.new_source):
-                out.append(Duplicate(patch.name, "ast-equivalent",
-                                     f"{b}'s {ch.new_path}::{ch.new_qualname} has the same AST as our patched "
-                                     f"{ch.path}::{ch.qualname}"))
+                out.append(
+                    Duplicate(
+                        patch.name,
+                        "ast-equivalent",
+                        f"{b}'s {ch.new_path}::{ch.new_qualname} has the same AST as our patched "
+                        f"{ch.path}::{ch.qualname}",
+                    )
+                )
                 found = True
                 break
         if found:
             continue
         # 3. most lines the patch adds are new in B
-        added = [line.text for fd in patch.files for h in fd.hunks for line in h.lines if line.op == "+"
-                 and _meaningful(line.text)]
+        added = [
+            line.text
+            for fd in patch.files
+            for h in fd.hunks
+            for line in h.lines
+            if line.op == "+" and _meaningful(line.text)
+        ]
         if not added:
             if o is not None and o.cls == "upstreamed":
                 out.append(Duplicate(patch.name, "empty-merge", o.detail))
@@ -230,11 +310,23 @@ def _duplicates(
             path = fd.new_path or ""
             a_lines = {x.strip() for x in index_a.files.get(path, b"").splitlines()}
             b_lines = {x.strip() for x in index_b.files.get(renames.get(path, path), b"").splitlines()}
-            hits += sum(1 for h in fd.hunks for line in h.lines if line.op == "+" and _meaningful(line.text)
-                        and line.text.strip() in b_lines and line.text.strip() not in a_lines)
+            hits += sum(
+                1
+                for h in fd.hunks
+                for line in h.lines
+                if line.op == "+"
+                and _meaningful(line.text)
+                and line.text.strip() in b_lines
+                and line.text.strip() not in a_lines
+            )
         if hits / len(added) >= 0.8:
-            out.append(Duplicate(patch.name, "added-lines",
-                                 f"{hits} of the {len(added)} lines the patch adds are new in {b}'s files"))
+            out.append(
+                Duplicate(
+                    patch.name,
+                    "added-lines",
+                    f"{hits} of the {len(added)} lines the patch adds are new in {b}'s files",
+                )
+            )
             continue
         # 4. the replayed rebase found the 3-way merge empty
         if o is not None and o.cls == "upstreamed":
@@ -243,18 +335,25 @@ def _duplicates(
 
 
 def _changed_lines(patch: Patch) -> Counter[bytes]:
-    return Counter(line.op.encode() + line.text for fd in patch.files for h in fd.hunks for line in h.lines
-                   if line.op != " ")
+    return Counter(
+        line.op.encode() + line.text
+        for fd in patch.files
+        for h in fd.hunks
+        for line in h.lines
+        if line.op != " "
+    )
 
 
 def _hunk_bodies(patch: Patch) -> list[tuple[str, tuple[tuple[str, bytes], ...]]]:
-    return [(fd.path, tuple((line.op, line.text) for line in h.lines)) for fd in patch.files for h in fd.hunks]
+    return [
+        (fd.path, tuple((line.op, line.text) for line in h.lines)) for fd in patch.files for h in fd.hunks
+    ]
 
 
 def _diff_part(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace")
     i = text.find("\ndiff --git ")
-    return text[i + 1:] if i >= 0 else text
+    return text[i + 1 :] if i >= 0 else text
 
 
 def pair_patches(
@@ -281,7 +380,11 @@ def pair_patches(
 
 
 def _range_diff(
-    ws: Workspace, old: Series, new_patches: list[Patch], new_commits: list[str], renames: dict[str, str],
+    ws: Workspace,
+    old: Series,
+    new_patches: list[Patch],
+    new_commits: list[str],
+    renames: dict[str, str],
     mapping: dict[str, str] | None,
 ) -> list[RangeDiffEntry]:
     """One entry per patch: our own pairing (the rebase knows which commit each patch became), git range-diff's
@@ -302,8 +405,10 @@ def _range_diff(
                 kind = "changed"
             oc, nc = ws.old_commits[i], new_commits[j]
             if kind != "identical":
-                text = gitops.run(["range-diff", "--no-color", "--creation-factor=100", f"{oc}^..{oc}", f"{nc}^..{nc}"],
-                                  cwd=repo).stdout.decode("utf-8", "replace")
+                text = gitops.run(
+                    ["range-diff", "--no-color", "--creation-factor=100", f"{oc}^..{oc}", f"{nc}^..{nc}"],
+                    cwd=repo,
+                ).stdout.decode("utf-8", "replace")
                 text = "\n".join(line.removeprefix("    ") for line in text.splitlines()[1:])
             moved = tuple(location_check(repo, op, oc, np_, nc, renames=renames))
             marker = "=" if kind == "identical" else "!"
@@ -312,10 +417,17 @@ def _range_diff(
         else:
             kind, marker = "added", ">"
         either = op or np_
-        entries.append(RangeDiffEntry(
-            old=op.name if op else None, new=np_.name if np_ else None, marker=marker, kind=kind,
-            subject=either.subject if either else "", text=text,
-            old_diff=_diff_part(op.raw) if op else "",
-            new_diff=_diff_part(commit_patch_bytes(repo, new_commits[j])) if j is not None else "", moved=moved,
-        ))
+        entries.append(
+            RangeDiffEntry(
+                old=op.name if op else None,
+                new=np_.name if np_ else None,
+                marker=marker,
+                kind=kind,
+                subject=either.subject if either else "",
+                text=text,
+                old_diff=_diff_part(op.raw) if op else "",
+                new_diff=_diff_part(commit_patch_bytes(repo, new_commits[j])) if j is not None else "",
+                moved=moved,
+            )
+        )
     return entries

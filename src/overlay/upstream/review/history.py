@@ -11,9 +11,7 @@ from overlay.core.series import Series, load_series
 from overlay.errors import UsageError
 from overlay.git import ops as gitops
 from overlay.upstream.rebase import history_dir
-from overlay.upstream.replay import (
-    Outcome,
-)
+from overlay.upstream.replay import Outcome
 
 
 def _rebase_record(root: Path, engine: str, a: str, b: str) -> list[Outcome] | None:
@@ -46,9 +44,15 @@ def find_old_series(root: Path, manifest: Manifest, a: str, b: str, dest: Path) 
     top = Path(probe.stdout.decode().strip())
     prefix = root.resolve().relative_to(top.resolve()).as_posix()
     path = f"{prefix}/{rel}" if prefix not in ("", ".") else rel
-    log = gitops.run(["log", "--format=%H", "--", f"{path}/series"], cwd=top, check=False).stdout.decode().split()
+    log = (
+        gitops.run(["log", "--format=%H", "--", f"{path}/series"], cwd=top, check=False)
+        .stdout.decode()
+        .split()
+    )
     for commit in log:
-        text = gitops.run(["show", f"{commit}:{path}/series"], cwd=top, check=False).stdout.decode("utf-8", "replace")
+        text = gitops.run(["show", f"{commit}:{path}/series"], cwd=top, check=False).stdout.decode(
+            "utf-8", "replace"
+        )
         fields = text.split("\n", 1)[0].removeprefix("# base:").split()
         if len(fields) == 3 and fields[1] == a:
             names = gitops.z_paths(["ls-tree", "--name-only", "-z", f"{commit}:{path}"], cwd=top)

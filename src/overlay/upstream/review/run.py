@@ -29,18 +29,10 @@ from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import base_message, commit_patch
 from overlay.upstream.releases import check_version, manifest_at, resolve_release, wheel_tree
-from overlay.upstream.replay import (
-    Outcome,
-    commit_patch_bytes,
-    prepare,
-    replay_all,
-)
+from overlay.upstream.replay import Outcome, commit_patch_bytes, prepare, replay_all
 from overlay.upstream.review.analysis import _analyse
 from overlay.upstream.review.history import _rebase_record, _series_at, find_old_series
-from overlay.upstream.review.model import (
-    ReviewResult,
-    to_json,
-)
+from overlay.upstream.review.model import ReviewResult, to_json
 
 
 def report_path(root: Path, engine: str) -> Path:
@@ -71,7 +63,9 @@ def review(
         raise UsageError(f"--from and --to are both {a}; name two releases")
     current = load_series(manifest.series_dir(root), root=root)
     if current.engine != engine:
-        raise ConfigError(f"{manifest.series_dir(root)}/series is the series of {current.engine!r}, not {engine!r}")
+        raise ConfigError(
+            f"{manifest.series_dir(root)}/series is the series of {current.engine!r}, not {engine!r}"
+        )
     notes: list[str] = []
     old: Series | None = None
     new: Series | None = None
@@ -94,16 +88,25 @@ def review(
             if found is not None:
                 old, old_source = found
             else:
-                notes.append(f"no copy of the series at {a} was found (rebase history, git history of the overlay "
-                             "repository): no range-diff; hunks were located in the series at " + b)
-        rel_a = resolve_release(root, manifest, a, url=from_url, primary_only=True, offline=offline, reporter=reporter)
-        rel_b = resolve_release(root, manifest, b, url=to_url, primary_only=True, offline=offline, reporter=reporter)
+                notes.append(
+                    f"no copy of the series at {a} was found (rebase history, git history of the overlay "
+                    "repository): no range-diff; hunks were located in the series at " + b
+                )
+        rel_a = resolve_release(
+            root, manifest, a, url=from_url, primary_only=True, offline=offline, reporter=reporter
+        )
+        rel_b = resolve_release(
+            root, manifest, b, url=to_url, primary_only=True, offline=offline, reporter=reporter
+        )
         pr = manifest.upstream.package_root
         allow = manifest.upstream.allow_members
         files_a = wheel_tree(rel_a.primary_path, pr, allow_members=allow)
         files_b = wheel_tree(rel_b.primary_path, pr, allow_members=allow)
-        reporter.step("review", f"{engine}: {a} -> {b}; series at {a}: {old_source or 'none'}; at {b}: "
-                                f"{new_source or ('replayed now' if old else 'none')}")
+        reporter.step(
+            "review",
+            f"{engine}: {a} -> {b}; series at {a}: {old_source or 'none'}; at {b}: "
+            f"{new_source or ('replayed now' if old else 'none')}",
+        )
         ws = prepare(
             scratch / "repo",
             old_files=files_a,
@@ -121,8 +124,11 @@ def review(
             outcomes = replay_all(ws, old.patches, stop=False, reporter=reporter)
             new_source = f"replayed now from the series at {a} (nothing written)"
             new_commits = [o.commit for o in outcomes if o.commit]
-            new_patches = [parse_patch_bytes(commit_patch_bytes(ws.repo, c), name=o.name)
-                           for o, c in ((o, o.commit) for o in outcomes if o.commit) if c]
+            new_patches = [
+                parse_patch_bytes(commit_patch_bytes(ws.repo, c), name=o.name)
+                for o, c in ((o, o.commit) for o in outcomes if o.commit)
+                if c
+            ]
             mapping = {o.name: o.name for o in outcomes if o.commit}
         else:
             recorded = _rebase_record(root, engine, a, b) if old is not None else None
@@ -134,10 +140,24 @@ def review(
                 try:
                     new_commits.append(commit_patch(ws.repo, patch))
                 except PatchError as exc:
-                    raise PatchError(exc.message, tip=f"the series in {new_source} must apply exactly at {b}") from None
+                    raise PatchError(
+                        exc.message, tip=f"the series in {new_source} must apply exactly at {b}"
+                    ) from None
         result = _analyse(
-            engine, a, b, ws, files_a, files_b, old, new_patches, new_commits, outcomes, notes,
-            old_source=old_source, new_source=new_source, mapping=mapping,
+            engine,
+            a,
+            b,
+            ws,
+            files_a,
+            files_b,
+            old,
+            new_patches,
+            new_commits,
+            outcomes,
+            notes,
+            old_source=old_source,
+            new_source=new_source,
+            mapping=mapping,
         )
     result = dataclasses.replace(result, seconds=time.perf_counter() - t0)
     json_path = report_path(root, engine)
@@ -156,5 +176,3 @@ def review(
 
 
 # ------------------------------------------------------------------ output
-
-

@@ -59,7 +59,10 @@ def _eval_c_expr(expr: str, defines: dict[str, str], depth: int = 0) -> int | bo
     if depth > 8:
         return None
     ops: dict[type, Callable[[Any, Any], Any]] = {
-        ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Add: operator.add,
+        ast.Sub: operator.sub,
+        ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv,
         ast.Div: operator.floordiv,
     }
 
@@ -130,7 +133,9 @@ def _make_class(name: str) -> type:
 def build_module(sources_dir: Path, module: types.ModuleType | None = None) -> types.ModuleType:
     functions, classes, attrs = read_bindings(sources_dir)
     if not functions:
-        raise StandInError(f"no pybind11 bindings found under {sources_dir}; is this an exllamav3 source tree?")
+        raise StandInError(
+            f"no pybind11 bindings found under {sources_dir}; is this an exllamav3 source tree?"
+        )
     mod = module if module is not None else types.ModuleType(MODULE_NAME)
     for name in sorted(functions):
         setattr(mod, name, _make_function(name))

@@ -298,7 +298,9 @@ def _attend(
 def _unsupported(name: str, **features: Any) -> None:
     used = [k for k, v in features.items() if v]
     if used:
-        raise NotImplementedError(f"{name}: {', '.join(used)} not covered by the overlay CPU stand-in sgl_kernel")
+        raise NotImplementedError(
+            f"{name}: {', '.join(used)} not covered by the overlay CPU stand-in sgl_kernel"
+        )
 
 
 def decode_attention_cpu(
@@ -375,7 +377,9 @@ def extend_attention_cpu(
         kv_scales=(key_scale or 1.0) != 1.0 or (value_scale or 1.0) != 1.0,
     )
     rows = _rows(req_pool_indices)
-    for row, length, ext, start in zip(rows, seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()):
+    for row, length, ext, start in zip(
+        rows, seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()
+    ):
         length, ext, start = int(length), int(ext), int(start)
         idx = req_to_token[row, :length].to(torch.long)
         out = _attend(
