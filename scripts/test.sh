@@ -2,7 +2,7 @@
 # Set up and run the whole test suite on a fresh machine (README's second command; .ci/run calls this).
 #   - Debian packages the tests use: git, OpenBLAS (mlx on CPU), Chromium (HTML report tests).
 #   - a virtualenv at .venv with the project and its check, test and dev extras;
-#   - ruff check src tests, mypy (strict, on src: pyproject's [tool.mypy]), the import-layer contract, the JSON
+#   - ruff check and ruff format --check, mypy (strict on src and tests: pyproject's [tool.mypy]), the import-layer contract, the JSON
 #     Schemas up to date, the tool's wheel built and checked with check-wheel-contents; any failing fails the run;
 #   - pytest over tests/ (GPU-only tests are deselected: they run from scripts/device/; `long` ones: scripts/test_long.sh).
 set -euo pipefail
@@ -22,7 +22,8 @@ fi
 
 python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[check,test,dev]'
-.venv/bin/ruff check src tests
+.venv/bin/ruff check src tests scripts support
+.venv/bin/ruff format --check src tests scripts support
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache                 # the layers (docs/dev/architecture.md)
 .venv/bin/python -m overlay.schemas --check      # the shipped JSON Schemas match the document types
