@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
+from installer.records import Hash, InvalidRecordEntry, RecordEntry, parse_record_file
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -101,18 +102,25 @@ def read_wheel(path: Path, *, policy: MemberPolicy = STRICT) -> WheelContents:
             infos = {info.filename: info for info in zf.infolist()}
             files = check_members(((i.filename, zip_kind(i)) for i in zf.infolist()), where=where)
             dist_info = _find_dist_info(name, [str(rel) for _n, rel in files], where)
-            check_wheel_layout([str(rel) for _n, rel in files], dist_info=dist_info, where=where, policy=policy)
+            check_wheel_layout(
+                [str(rel) for _n, rel in files], dist_info=dist_info, where=where, policy=policy
+            )
             for member, rel in files:
                 info = infos[member]
                 data = zf.read(info)  # checks the CRC
                 mode = (info.external_attr >> 16) & 0xFFFF
                 tree.write(str(rel), data, executable=bool(mode & stat.S_IXUSR))
     except zipfile.BadZipFile as exc:
-        raise IntegrityError(f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
+        raise IntegrityError(
+            f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again"
+        ) from None
     except (zlib.error, EOFError) as exc:
         raise IntegrityError(f"{path} is corrupt: {exc}", tip="delete it and fetch again") from None
     contents = WheelContents(name=name, tree=tree, dist_info=dist_info)
-    if tree.read(f"{contents.dist_info}/METADATA") is None or tree.read(f"{contents.dist_info}/WHEEL") is None:
+    if (
+        tree.read(f"{contents.dist_info}/METADATA") is None
+        or tree.read(f"{contents.dist_info}/WHEEL") is None
+    ):
         raise IntegrityError(f"{path.name}: {contents.dist_info} lacks METADATA or WHEEL")
     verify_record(tree, dist_info, where=where)
     _check_wheel_tags(contents)
@@ -132,21 +140,22 @@ _RECORD_HASHES = ("sha256", "sha384", "sha512")
 
 
 def parse_record(data: bytes, *, where: str) -> dict[str, tuple[str, str]]:
-    """RECORD rows as {path: (hash, size)}; IntegrityError for a malformed RECORD or a path listed twice."""
+    """RECORD rows as {path: (hash, size)}, parsed and checked element by element with ``installer`` (pypa's wheel
+    installer: CSV rows of three elements, hashes as ``name=value``, sizes as integers); IntegrityError for a
+    malformed RECORD or a path listed twice."""
     try:
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise IntegrityError(f"{where}: RECORD is not a UTF-8 CSV file: {exc}") from None
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise IntegrityError(f"{where}: RECORD is not UTF-8: {exc}") from None
     record: dict[str, tuple[str, str]] = {}
-    for number, row in enumerate(rows, start=1):
-        if not row:
-            continue
-        if len(row) != 3:
-            raise IntegrityError(f"{where}: RECORD line {number} has {len(row)} fields, not 3 (path,hash,size): {row!r}")
-        path, digest, size = row
-        if path in record:
-            raise IntegrityError(f"{where}: RECORD lists {path!r} twice")
-        record[path] = (digest, size)
+    try:
+        for path, digest, size in parse_record_file(line for line in lines if line.strip()):
+            RecordEntry.from_elements(path, digest, size)  # the element checks an installer makes
+            if path in record:
+                raise IntegrityError(f"{where}: RECORD lists {path!r} twice")
+            record[path] = (digest, size)
+    except (InvalidRecordEntry, csv.Error) as exc:
+        raise IntegrityError(f"{where}: RECORD is malformed: {exc}") from None
     return record
 
 
@@ -155,14 +164,16 @@ def record_problem(path: str, data: bytes, entry: tuple[str, str] | None) -> str
     if entry is None:
         return f"{path!r} is not listed in RECORD"
     digest, size = entry
-    algo, sep, value = digest.partition("=")
-    if not sep or not value:
+    if not digest:
         return f"RECORD gives no hash for {path!r}"
-    if algo not in _RECORD_HASHES:
-        return f"RECORD hashes {path!r} with {algo!r}; only {', '.join(_RECORD_HASHES)} are accepted"
-    actual = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode("ascii")
-    if actual != value.rstrip("="):
-        return f"{path!r} does not match its RECORD hash ({algo}={value}, the file has {algo}={actual})"
+    expected = Hash.parse(digest)
+    if expected.name not in _RECORD_HASHES:
+        return f"RECORD hashes {path!r} with {expected.name!r}; only {', '.join(_RECORD_HASHES)} are accepted"
+    if not expected.validate(data):
+        actual = (
+            base64.urlsafe_b64encode(hashlib.new(expected.name, data).digest()).rstrip(b"=").decode("ascii")
+        )
+        return f"{path!r} does not match its RECORD hash ({digest}, the file has {expected.name}={actual})"
     if not size.strip():
         return f"RECORD gives no size for {path!r}"
     if size.strip() != str(len(data)):
@@ -179,8 +190,10 @@ def verify_record(tree: MemoryTree, dist_info: str, *, where: str) -> None:
     """Every file is in RECORD with a matching hash and size, and RECORD names no file the archive lacks."""
     data = tree.read(f"{dist_info}/RECORD")
     if data is None:
-        raise IntegrityError(f"{where}: {dist_info} has no RECORD", tip="a wheel without RECORD cannot be verified; "
-                             "use another artifact")
+        raise IntegrityError(
+            f"{where}: {dist_info} has no RECORD",
+            tip="a wheel without RECORD cannot be verified; use another artifact",
+        )
     record = parse_record(data, where=where)
     tip = "the archive was changed after it was built: fetch it again, or rebuild it"
     for path in sorted(tree.files):
@@ -191,7 +204,9 @@ def verify_record(tree: MemoryTree, dist_info: str, *, where: str) -> None:
             raise IntegrityError(f"{where}: {problem}", tip=tip)
     for path in sorted(record):
         if path not in tree.files and not record_exempt(path, dist_info):
-            raise IntegrityError(f"{where}: RECORD lists {path!r}, which the archive does not contain", tip=tip)
+            raise IntegrityError(
+                f"{where}: RECORD lists {path!r}, which the archive does not contain", tip=tip
+            )
 
 
 def repo_layout_files(contents: WheelContents, package_root: str) -> dict[str, bytes]:
@@ -283,8 +298,12 @@ def retag(contents: WheelContents, tag: str) -> WheelContents:
         out = [("Root-Is-Purelib: false" if line.startswith("Root-Is-Purelib:") else line) for line in out]
     out.append(f"Tag: {tag}")
     contents.tree.write(wheel_path, ("\n".join(out) + "\n").encode("utf-8"))
-    contents.name = WheelName(distribution=contents.name.distribution, version=contents.name.version,
-                              build=contents.name.build, tags=tag)
+    contents.name = WheelName(
+        distribution=contents.name.distribution,
+        version=contents.name.version,
+        build=contents.name.build,
+        tags=tag,
+    )
     _check_wheel_tags(contents)
     return contents
 
@@ -349,7 +368,9 @@ def write_wheel(contents: WheelContents, out_dir: Path, *, compresslevel: int = 
             mode = 0o755 if tree.is_executable(path) else 0o644
             info.external_attr = (stat.S_IFREG | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, tree.files[path], compress_type=zipfile.ZIP_DEFLATED, compresslevel=compresslevel)
+            zf.writestr(
+                info, tree.files[path], compress_type=zipfile.ZIP_DEFLATED, compresslevel=compresslevel
+            )
     out = out_dir / contents.name.filename()
     atomic_write_bytes(out, buf.getvalue())
     return out
