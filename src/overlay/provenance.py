@@ -15,6 +15,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from overlay import __version__
+from overlay.deploy.versions import ordered_local_version, series_order
 from overlay.errors import IntegrityError, UsageError
 from overlay.manifest import Artifact, Manifest
 from overlay.series import Patch, series_hash
@@ -23,9 +24,15 @@ PROVENANCE_FILE = "overlay.json"
 SCHEMA_VERSION = 1
 
 
-def local_version(manifest: Manifest, patches: Sequence[Patch]) -> str:
-    """``UPSTREAM+LABEL.N.gHASH8`` (DESIGN)."""
-    return f"{manifest.upstream.version}+{manifest.series.label}.{len(patches)}.g{series_hash(list(patches))[:8]}"
+def local_version(manifest: Manifest, patches: Sequence[Patch], *, root: Path | None = None) -> str:
+    """``UPSTREAM+LABEL.ORDER.N.gHASH8`` (DESIGN; ORDER: overlay.deploy.versions, with the series' git history when
+    ``root`` is given)."""
+    return ordered_local_version(manifest.upstream.version, manifest.series.label, patches,
+                                 order=_order(manifest, patches, root))
+
+
+def _order(manifest: Manifest, patches: Sequence[Patch], root: Path | None) -> int:
+    return series_order(patches, root=root, series_dir=None if root is None else manifest.series_dir(root))
 
 
 def build_provenance(
@@ -34,6 +41,7 @@ def build_provenance(
     *,
     artifact: Artifact | None,
     source: dict[str, Any],
+    root: Path | None = None,
 ) -> dict[str, Any]:
     return {
         "version": SCHEMA_VERSION,
@@ -48,6 +56,7 @@ def build_provenance(
         "source": source,
         "series": {
             "sha256": series_hash(list(patches)),
+            "order": _order(manifest, patches, root),
             "patches": [
                 {
                     "name": p.name,
@@ -80,7 +89,7 @@ class Provenance:
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_LOCAL = re.compile(r"^(?P<label>[a-z][a-z0-9]*)\.(?P<n>\d+)\.g(?P<hash>[0-9a-f]{8})$")
+_LOCAL = re.compile(r"^(?P<label>[a-z][a-z0-9]*)\.(?:(?P<order>\d+)\.)?(?P<n>\d+)\.g(?P<hash>[0-9a-f]{8})$")
 _FORGED_TIP = "do not install it: rebuild the wheel with `overlay apply ENGINE` from the overlay repository"
 
 
@@ -137,6 +146,10 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
         raise IntegrityError(
             f"{where}: version {version} says {int(m['n'])} patches, overlay.json lists {listed}", tip=_FORGED_TIP
         )
+    order = data["series"].get("order")
+    if m["order"] is not None and order is not None and int(m["order"]) != order:
+        raise IntegrityError(f"{where}: version {version} says order {int(m['order'])}, overlay.json says series.order "
+                             f"{order}", tip=_FORGED_TIP)
     if data["series"]["sha256"][:8] != m["hash"]:
         raise IntegrityError(
             f"{where}: version {version} says series hash g{m['hash']}, overlay.json says series.sha256 "
