@@ -25,7 +25,7 @@ OVERSIZE = {
 
 
 def test_the_layers_contract_holds() -> None:
-    """cli -> engines -> {check | upstream} -> stack -> core -> git -> {fsutil, paths, progress} -> errors."""
+    """cli -> engines -> {check | upstream | deploy} -> stack -> core -> git -> {fsutil, paths, progress} -> errors."""
     lint = Path(sys.executable).parent / "lint-imports"
     proc = subprocess.run([str(lint), "--no-cache"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -27,7 +27,7 @@ def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli: Cli) -> None:
     wheel = Path(r.out.strip().splitlines()[-1])
     assert wheel.parent == world2.root / "build" / "wheels" / "demo"
     series_sha = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world2.series_dir.glob("*.patch")))).hexdigest()
-    version = f"1.2.0+ovl.2.g{series_sha[:8]}"
+    version = f"1.2.0+ovl.20260102030405.2.g{series_sha[:8]}"  # ORDER: the patches' Date (GIT_ENV)
     assert wheel.name == f"demo_engine-{version}-py3-none-any.whl"
     files = members(wheel)
     assert b'prefix = "hi"' in files["demo_pkg/core.py"]

@@ -44,7 +44,7 @@ def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli: Cli) -> Non
     assert r.returncode == 0, r.stderr
     assert "Successfully uninstalled mlx-lm-0.32.2" in r.stdout
     listed = {d["name"]: d["version"] for d in json.loads(pip(venv, "list", "--format", "json").stdout)}
-    assert listed["mlx-lm"] == local_version(manifest, _patches())
+    assert listed["mlx-lm"] == local_version(manifest, _patches(), root=REPO)
     check = pip(venv, "check")
     assert check.returncode == 0, check.stdout + check.stderr
     # `==UPSTREAM` still accepts the patched wheel: nothing to do

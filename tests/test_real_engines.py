@@ -86,11 +86,11 @@ def test_real_engine_end_to_end(real_root: Path, engine: str, cli: Cli) -> None:
     lint = cli("--root", str(real_root), "lint", engine)
     assert lint.code == 0, lint.err
 
-    r = cli("--root", str(real_root), "-q", "apply", engine, "--json")
+    r = cli("--root", str(real_root), "-q", "apply", engine, "--artifact", "primary", "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
     wheel = Path(result["wheel"])
-    assert result["wheel_version"].startswith(manifest.upstream.version + "+ovl.1.g")
+    assert result["wheel_version"].startswith(manifest.upstream.version + "+ovl.") and ".1.g" in result["wheel_version"]
     with zipfile.ZipFile(stock_wheel) as zs, zipfile.ZipFile(wheel) as zp:
         stock = {n: zs.read(n) for n in zs.namelist() if not n.endswith("/")}
         patched = {n: zp.read(n) for n in zp.namelist()}

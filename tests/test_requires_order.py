@@ -50,7 +50,7 @@ def test_a_prefix_of_an_ordered_series_keeps_what_it_requires(world: World, cli:
     root = ["--root", str(world.root)]
     r = cli(*root, "apply", "demo", "--upto", "1", "--out", str(world.root / "out"))
     assert r.code == 0 and "WARNING" not in r.err, r.err
-    assert Path(r.out.strip().splitlines()[-1]).name.startswith("demo_engine-1.2.0+ovl.1.")
+    assert ".1.g" in Path(r.out.strip().splitlines()[-1]).name.removeprefix("demo_engine-1.2.0+ovl.")
     r = cli(*root, "-q", "checkout", "demo", "--upto", "1")
     assert r.code == 0 and "WARNING" not in r.err, r.err
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
+from overlay.schemas.documents import Provenance as ProvenanceDoc
 
-HELP = "apply the series strictly and build the patched wheel; prints the wheel path last"
+HELP = "apply the series strictly and build the patched wheel of every pinned artifact; prints the wheel paths"
 EXAMPLE = "overlay apply mlx-lm --upto 2"
 
 
@@ -24,7 +25,10 @@ def configure_parser(sub: Any) -> None:
     p.add_argument("--git-url", help="git URL or local path for --source git (default: upstream.git)")
     p.add_argument("--commit", help="commit for --source git (default: upstream.commit)")
     p.add_argument("--artifact", metavar="FILENAME",
-                   help="which pinned artifact to patch (default: the first wheel), e.g. another Python's wheel")
+                   help="patch only this pinned artifact (default: every pinned wheel, the primary one printed last); "
+                        "`primary` names the first wheel")
+    p.add_argument("--prune", action="store_true",
+                   help="delete the older builds of the distribution from the output folder (default: list them)")
     p.add_argument("--prebuilt", action="store_true",
                    help="also compile the engine's native parts from the patched tree (manifest [prebuilt]) into the wheel")
     p.add_argument("--prebuilt-python", type=Path, metavar="PYTHON",
@@ -41,6 +45,8 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.core.build import apply_engine
 
     root = resolve_root(args)
+    if args.artifact is None and args.source == "pypi" and not args.prebuilt:
+        return _apply_all(args, root)
     result = apply_engine(
         root=root,
         engine=args.engine,
@@ -50,7 +56,7 @@ def execute(args: argparse.Namespace) -> int:
         git_url=args.git_url,
         commit=args.commit,
         offline=args.offline,
-        artifact_name=args.artifact,
+        artifact_name=None if args.artifact == "primary" else args.artifact,
         prebuilt=args.prebuilt,
         prebuilt_python=args.prebuilt_python,
         allow_unlinted=args.allow_unlinted,
@@ -62,3 +68,26 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print(result.wheel)
     return 0
+
+
+def _apply_all(args: argparse.Namespace, root: Path) -> int:
+    from overlay.deploy.artifacts import apply_all
+
+    every = apply_all(root=root, engine=args.engine, out_dir=args.out.resolve() if args.out else None, upto=args.upto,
+                      offline=args.offline, allow_unlinted=args.allow_unlinted, prune_stale=args.prune,
+                      reporter=reporter_for(args))
+    result = every.primary
+    if args.json:
+        emit_json({"version": 1, "wheel": str(result.wheel), "wheel_version": result.version,
+                   "patches": [p.name for p in result.patches], "provenance": result.provenance,
+                   "wheels": [{"wheel": str(r.wheel), "artifact": _artifact_name(r.provenance)} for r in every.results],
+                   "stale": [str(w.path) for w in every.stale], "pruned": [str(p) for p in every.pruned]})
+    else:
+        for built in every.results:
+            print(built.wheel)
+    return 0
+
+
+def _artifact_name(provenance: ProvenanceDoc) -> str | None:
+    artifact = provenance["upstream"]["artifact"]
+    return None if artifact is None else artifact["filename"]

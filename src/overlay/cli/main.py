@@ -29,7 +29,8 @@ def _optional_commands() -> list[ModuleType]:
     import importlib
 
     mods = []
-    for name in ("cmd_init", "cmd_checkout", "cmd_refresh", "cmd_rebase", "cmd_review", "cmd_pin", "cmd_check", "cmd_models"):
+    for name in ("cmd_init", "cmd_checkout", "cmd_refresh", "cmd_rebase", "cmd_review", "cmd_pin", "cmd_check", "cmd_models",
+                 "cmd_publish", "cmd_install", "cmd_revert", "cmd_status"):
         try:
             mods.append(importlib.import_module(f"overlay.cli.{name}"))
         except ModuleNotFoundError as exc:

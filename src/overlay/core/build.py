@@ -107,10 +107,13 @@ def apply_engine(
     if prebuilt and manifest.prebuilt is None:
         raise UsageError(f"{manifest.path.name} has no [prebuilt] table: {engine} has nothing to precompile")
     with owned_scratch(layout(root).tmp, f"apply-{engine}") as scratch:
+        streamed: Path | None = None
         if source == "pypi":
             artifact = select_artifact(manifest, artifact_name)
             path = fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
-            if artifact.is_wheel:
+            if artifact.is_wheel and not prebuilt:
+                streamed = path  # patched as it is written: overlay.core.streamwheel
+            elif artifact.is_wheel:
                 contents = _patched_from_wheel(manifest, path, patches, reporter)
             else:
                 contents = _patched_from_sdist(manifest, path, patches, scratch, reporter)
@@ -134,9 +137,8 @@ def apply_engine(
         if prebuilt:
             assert manifest.prebuilt is not None
             prebuilt_info = run_prebuilt(root, manifest, contents, scratch, python=prebuilt_python, reporter=reporter)
-        version = local_version(manifest, patches)
-        contents = set_version(contents, version)
-        provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info)
+        version = local_version(manifest, patches, root=root)
+        provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info, root=root)
         if prebuilt_info is not None:
             provenance["prebuilt"] = prebuilt_info
         if unlinted:
@@ -144,9 +146,13 @@ def apply_engine(
                 "allowed_unlinted": True,
                 "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message} for p in unlinted],
             }
-        contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
-        reporter.step("wheel", f"writing {contents.name.filename()}")
-        built = write_wheel(contents, scratch / "out")
+        if streamed is not None:
+            built = _streamed_wheel(manifest, streamed, patches, version, dumps(provenance), scratch / "out", reporter)
+        else:
+            contents = set_version(contents, version)
+            contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
+            reporter.step("wheel", f"writing {contents.name.filename()}")
+            built = write_wheel(contents, scratch / "out")
         final = out_dir / built.name
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -258,6 +264,21 @@ def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: 
                 tip=f"refresh the patch against {manifest.name} {manifest.upstream.version}: `overlay checkout "
                 f"{manifest.name} --upto {index - 1}`, re-make the change, commit, `overlay refresh {manifest.name}`",
             ) from None
+
+
+def _streamed_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], version: str, provenance: bytes,
+                    out: Path, reporter: Reporter) -> Path:
+    """The patched wheel written member by member (unchanged members' compressed bytes copied)."""
+    from overlay.core.streamwheel import stream_patched_wheel
+    from overlay.core.wheels import WheelName
+
+    def apply(tree: Any) -> None:
+        _apply(tree, manifest, patches, reporter, package_root=manifest.upstream.package_root)
+        reporter.step("wheel", f"writing {WheelName.parse(path.name).filename(version)}")
+
+    reporter.step("unpack", f"reading {path.name}")
+    return stream_patched_wheel(path, policy=member_policy(manifest), version=version,
+                                extra={PROVENANCE_FILE: provenance}, out_dir=out, apply=apply)
 
 
 def _patched_from_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], reporter: Reporter) -> WheelContents:

@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from overlay import __version__
 from overlay.core.manifest import Artifact, Manifest
 from overlay.core.series import Patch, series_hash
+from overlay.core.versions import ordered_local_version, series_order
 from overlay.errors import IntegrityError, UsageError
 from overlay.schemas.documents import ArtifactSource, GitSource
 from overlay.schemas.documents import Provenance as ProvenanceDoc
@@ -25,9 +26,15 @@ PROVENANCE_FILE = "overlay.json"
 SCHEMA_VERSION: Literal[1] = 1
 
 
-def local_version(manifest: Manifest, patches: Sequence[Patch]) -> str:
-    """``UPSTREAM+LABEL.N.gHASH8`` (DESIGN)."""
-    return f"{manifest.upstream.version}+{manifest.series.label}.{len(patches)}.g{series_hash(list(patches))[:8]}"
+def local_version(manifest: Manifest, patches: Sequence[Patch], *, root: Path | None = None) -> str:
+    """``UPSTREAM+LABEL.ORDER.N.gHASH8`` (DESIGN; ORDER: overlay.core.versions, with the series' git history when
+    ``root`` is given)."""
+    return ordered_local_version(manifest.upstream.version, manifest.series.label, patches,
+                                 order=_order(manifest, patches, root))
+
+
+def _order(manifest: Manifest, patches: Sequence[Patch], root: Path | None) -> int:
+    return series_order(patches, root=root, series_dir=None if root is None else manifest.series_dir(root))
 
 
 def build_provenance(
@@ -36,6 +43,7 @@ def build_provenance(
     *,
     artifact: Artifact | None,
     source: ArtifactSource | GitSource,
+    root: Path | None = None,
 ) -> ProvenanceDoc:
     return {
         "version": SCHEMA_VERSION,
@@ -50,6 +58,7 @@ def build_provenance(
         "source": source,
         "series": {
             "sha256": series_hash(list(patches)),
+            "order": _order(manifest, patches, root),
             "patches": [
                 {
                     "name": p.name,
@@ -82,7 +91,7 @@ class Provenance:
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_LOCAL = re.compile(r"^(?P<label>[a-z][a-z0-9]*)\.(?P<n>\d+)\.g(?P<hash>[0-9a-f]{8})$")
+_LOCAL = re.compile(r"^(?P<label>[a-z][a-z0-9]*)\.(?:(?P<order>\d+)\.)?(?P<n>\d+)\.g(?P<hash>[0-9a-f]{8})$")
 _FORGED_TIP = "do not install it: rebuild the wheel with `overlay apply ENGINE` from the overlay repository"
 
 
@@ -139,6 +148,10 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
         raise IntegrityError(
             f"{where}: version {version} says {int(m['n'])} patches, overlay.json lists {listed}", tip=_FORGED_TIP
         )
+    order = data["series"].get("order")
+    if m["order"] is not None and order is not None and int(m["order"]) != order:
+        raise IntegrityError(f"{where}: version {version} says order {int(m['order'])}, overlay.json says series.order "
+                             f"{order}", tip=_FORGED_TIP)
     if data["series"]["sha256"][:8] != m["hash"]:
         raise IntegrityError(
             f"{where}: version {version} says series hash g{m['hash']}, overlay.json says series.sha256 "

@@ -50,6 +50,7 @@ class ProvenancePatch(TypedDict):
 class ProvenanceSeries(TypedDict):
     sha256: str
     patches: list[ProvenancePatch]
+    order: NotRequired[int]  # the ORDER of the local version (overlay.core.versions); absent in older wheels
 
 
 class LintProblem(TypedDict):
