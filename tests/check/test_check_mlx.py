@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support import Cli
+
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["--target-kind", "llama-random", "--draft-kind", "llama-draft-random", "--reps", "1", "--positions", "2048",
          "--allow-few-positions", "--max-tokens", "12"]
@@ -32,7 +34,7 @@ def chromium_dom(html: Path, screenshot: Path) -> str:
 
 
 @pytest.mark.browser
-def test_check_mlx_lm_passes_on_the_shipped_series(cli) -> None:
+def test_check_mlx_lm_passes_on_the_shipped_series(cli: Cli) -> None:
     r = cli("--root", str(REPO), "check", "mlx-lm", *QUICK)
     assert r.code == 0, r.err + r.out
     report = json.loads((REPO / "build" / "reports" / "mlx-lm-check.json").read_text())
@@ -55,7 +57,7 @@ def test_check_mlx_lm_passes_on_the_shipped_series(cli) -> None:
     assert (REPO / "build" / "reports" / "mlx-lm-check.png").stat().st_size > 10_000
 
 
-def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli) -> None:
+def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli: Cli) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "overlays", root / "overlays")
     # a two-patch series: the shipped 0001 (exact) and a deliberately inexact change claimed exact

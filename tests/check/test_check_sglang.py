@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from support import Cli
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.network, pytest.mark.long]
 
 
-def test_check_sglang_cpu_engine(cli) -> None:
+def test_check_sglang_cpu_engine(cli: Cli) -> None:
     r = cli("--root", str(REPO), "check", "sglang", "--reps", "1", "--positions", "512", "--allow-few-positions",
             "--max-tokens", "8")
     assert r.code == 0, r.err + r.out

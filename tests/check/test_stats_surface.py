@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -28,7 +30,7 @@ def test_block_bootstrap_se_reflects_between_prompt_spread() -> None:
         ref = rng.normal(size=(50, 8))
         cand = ref + (0.0 if i % 2 else 0.3) * rng.normal(size=(50, 8))
         seqs.append(stats.agreement(ref, cand, rng.integers(0, 8, size=50)))
-    s = stats.summarize(seqs)
+    s: dict[str, Any] = stats.summarize(seqs)
     assert s["positions"] == 1000 and s["sequences"] == 20
     assert s["kld_mean"] > 0 and 0 < s["kld_se"] < s["kld_mean"]
     assert 0 < s["top1_agreement"] < 1 and sum(s["kld_histogram"]) == 1000
@@ -71,7 +73,7 @@ class Cache:
     ],
 )
 def test_surface_compare(patched: bytes, removed: list[str], changed: list[str]) -> None:
-    def surf(src: bytes) -> dict:
+    def surf(src: bytes) -> dict[str, Any]:
         return {"modules": {"mod": module_surface(src)}, "entry_points": {"console_scripts:tool": "mod:main"}}
 
     result = compare(surf(STOCK), surf(patched))

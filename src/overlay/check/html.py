@@ -7,13 +7,15 @@ import json
 import math
 from typing import Any
 
+from overlay.check.stats import fmt_ratio
+
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1d232a;max-width:1180px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d8dee4;padding-bottom:4px}
 table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #d8dee4;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f5f7}.pass{color:#116329;font-weight:600}.fail{color:#b31d28;font-weight:600}
 .badge{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff}.badge.pass{background:#1f883d}
-.badge.fail{background:#cf222e}code{background:#f3f5f7;padding:0 3px}.muted{color:#636c76}svg{background:#fbfcfd}
+.badge.fail{background:#cf222e}.badge.inconclusive{background:#9a6700}code{background:#f3f5f7;padding:0 3px}.muted{color:#636c76}svg{background:#fbfcfd}
 """
 
 
@@ -118,13 +120,56 @@ def _mechanism_section(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _verdict(v: str | None) -> _Raw:
+    cls = {"pass": "pass", "better": "pass", "fail": "fail", "worse": "fail"}.get(v or "", "muted")
+    return _Raw(f"<span class='{cls}'>{_e((v or '?').upper() if v in ('fail', 'worse') else (v or '?'))}</span>")
+
+
+def context_section(report: dict[str, Any]) -> str:
+    """Host facts, flags and inputs: what the numbers were measured on and with."""
+    out = []
+    host = report.get("host")
+    if host:
+        versions = host.get("versions") or {}
+        rows = [[k, v] for k, v in host.items() if k != "versions"]
+        rows += [[f"{arm} versions", ", ".join(f"{k} {v}" for k, v in vs.items())] for arm, vs in versions.items()]
+        out.append("<h2>Host</h2>" + _table(rows, ["fact", "value"]))
+    fl = report.get("flags")
+    if fl:
+        rows = [["requested", fl["requested"]], ["set in the patched arm", ", ".join(fl["set"]) or "none"],
+                ["active patches", len(fl["active_patches"])], ["inactive patches", len(fl["inactive_patches"])],
+                ["gate class", (report.get("series") or {}).get("gate_class")]]
+        rows += [[f"not exercised: {n['patch'] or 'CLI options'}", f"{' '.join(n['flags'])}: {n['why']}"]
+                 for n in fl.get("not_exercised", [])]
+        out.append("<h2>Flags</h2>" + _table(rows, ["", "value"]))
+    inp = report.get("inputs")
+    if inp:
+        out.append("<h2>Inputs</h2>" + _table([[k, json.dumps(v) if isinstance(v, dict) else v] for k, v in inp.items()],
+                                              ["input", "value"]))
+    return "".join(out)
+
+
+def sampling_section(sm: dict[str, Any] | None) -> str:
+    if not sm:
+        return ""
+    worst = sm.get("worst") or {}
+    return (f"<h2>Sampling distribution at T={_e(sm['temperature'])}</h2>" + _table(
+        [["prompts x seeds x positions", f"{sm['prompts']} x {sm['seeds']} x {sm['positions']}"],
+         ["chi-square tests (informative)", sm["informative_tests"]], ["Bonferroni threshold", sm["threshold"]],
+         ["lowest p", f"{sm['min_p']:.3g} (prompt {worst.get('prompt')}, position {worst.get('position')})"],
+         ["distributions equal", sm["equal"]], ["runs identical seed for seed", f"{sm['identical_runs']}/{sm['runs']}"]],
+        ["measure", "value"]))
+
+
 def render(report: dict[str, Any]) -> str:
     v = report.get("verdict", "?")
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>overlay check {_e(report['engine'])}</title>",
            f"<style>{CSS}</style></head><body>",
            f"<h1>overlay check: {_e(report['engine'])} <span class='badge {_e(v)}'>{_e(v.upper())}</span></h1>",
            (f"<div class='muted'>{_e(report.get('created', ''))} &middot; mode {_e(report.get('mode'))} &middot; "
-           f"series class <b>{_e(report['series']['class'])}</b> &middot; {len(report['series']['patches'])} patches</div>")]
+           f"series class <b>{_e(report['series']['class'])}</b> &middot; gate class "
+           f"<b>{_e(report['series'].get('gate_class', report['series']['class']))}</b> &middot; "
+           f"{len(report['series']['patches'])} patches</div>")]
     arms = report["arms"]
     out.append("<h2>Arms</h2>" + _table([[k, a["wheel"], a["version"]] for k, a in arms.items()], ["arm", "wheel", "version"]))
     if report.get("model"):
@@ -134,12 +179,14 @@ def render(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         out.append(f"<p class='muted'>Note: {_e(note)}</p>")
     out.append("<h2>Gates</h2>" + _table(
-        [[g["subject"], g["class"], g["gate"], _Raw(f"<span class='{'pass' if g['passed'] else 'fail'}'>"
-                                                    f"{'pass' if g['passed'] else 'FAIL'}</span>"), g["detail"]]
+        [[g["subject"], g["class"], g["gate"], _verdict(g.get("status") or ("pass" if g["passed"] else "fail")),
+          g["detail"]]
          for g in report.get("gates", [])], ["subject", "class", "gate", "result", "detail"]))
     out.append(_mechanism_section(report))
-    out.append("<h2>Patches</h2>" + _table([[p["name"], p["numerics"], p["theme"], p["subject"]]
-                                              for p in report["series"]["patches"]], ["patch", "numerics", "theme", "subject"]))
+    out.append(context_section(report))
+    out.append("<h2>Patches</h2>" + _table([[p["name"], p["numerics"], p["theme"], " ".join(p.get("flags") or []),
+                                              p.get("active", True), p["subject"]] for p in report["series"]["patches"]],
+                                            ["patch", "numerics", "theme", "flags", "active", "subject"]))
     g = report.get("greedy")
     if g:
         fd = g.get("first_divergence")
@@ -180,9 +227,13 @@ def render(report: dict[str, Any]) -> str:
                                  highs=[s[a][metric]["max"] for a in arms_with], unit=unit))
         rr = s["ratio"]
         nf = (report.get("noise_floor") or {}).get("speed_ratio") or {}
-        out.append(_table([[k, f"{r['ratio']:.3f}", f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-                            f"{nf[k]['ratio']:.3f} [{nf[k]['ci_low']:.3f}, {nf[k]['ci_high']:.3f}]" if k in nf else "-"]
-                           for k, r in rr.items()], ["measure", "patched/stock", "95% CI", "noise floor stock/stock"]))
+        out.append(_table([[k, f"{r.get('better', '?')} is better", fmt_ratio(r), _verdict(r.get("verdict")),
+                            fmt_ratio(nf.get(k))] for k, r in rr.items()],
+                          ["measure", "direction", "patched/stock, 95% CI", "verdict", "noise floor stock/stock"]))
+        method = next((r.get("method") for r in rr.values() if r.get("method")), None)
+        if method:
+            out.append(f"<p class='muted'>Interval: {_e(method)}. A ratio whose interval spans 1.0 is inconclusive."
+                       "</p>")
     pp = report.get("per_patch")
     if pp:
         labels = [p["patch"][:40] for p in pp]
@@ -202,8 +253,47 @@ def render(report: dict[str, Any]) -> str:
              ["removed", ", ".join(sf["removed"]) or "none"],
              ["changed incompatibly", ", ".join(f"{c['symbol']} ({c['why']})" for c in sf["changed"]) or "none"],
              ["added", len(sf["added"])]], ["measure", "value"]))
+    out.append(sampling_section(report.get("sampling")))
     fb = report.get("fallback")
     if fb:
         out.append("<h2>Patch-level differential tests</h2>" + _table([[k, v] for k, v in fb.items()], ["key", "value"]))
+    out.append("</body></html>\n")
+    return "".join(out)
+
+
+def render_endpoints(report: dict[str, Any]) -> str:
+    """The `overlay check --endpoints` report as one self-contained page."""
+    v = report.get("verdict", "?")
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>overlay check --endpoints</title>",
+           f"<style>{CSS}</style></head><body>",
+           f"<h1>overlay check --endpoints <span class='badge {_e(v)}'>{_e(v.upper())}</span></h1>",
+           f"<div class='muted'>{_e(report.get('created', ''))}</div>",
+           "<h2>Servers</h2>" + _table([[k, s["url"], s["model"]] for k, s in report["servers"].items()],
+                                       ["arm", "url", "model"])]
+    out += [f"<p class='muted'>Note: {_e(n)}</p>" for n in report.get("notes", [])]
+    out.append("<h2>Gates</h2>" + _table([[g["gate"], _verdict(g["status"]), g["detail"]] for g in report["gates"]],
+                                         ["gate", "result", "detail"]))
+    out.append(context_section(report))
+    ident = report["identity"]
+    out.append("<h2>Greedy identity (temperature 0)</h2>" + _table(
+        [[r["prompt"], r["category"], r["identical"], r.get("logprob_max_abs_diff"), r.get("error") or ""]
+         for r in ident["rows"]], ["prompt", "category", "identical", "max |d logprob|", "error"]))
+    ld = report["load"]
+    rows = []
+    for arm, a in ld["arms"].items():
+        for metric in ("ttft_s", "itl_s", "output_tok_s"):
+            m = a[metric]
+            rows.append([arm, metric, m["n"], m["p50"], m["p90"], m["p99"]])
+    out.append(f"<h2>Load ({ld['concurrency']} in flight, {ld['rounds']} rounds per arm, arms alternating)</h2>"
+               + _table(rows, ["arm", "metric", "n", "p50", "p90", "p99"]))
+    out.append(_table([[k, f"{r['better']} is better", fmt_ratio(r), _verdict(r["verdict"])] for k, r in
+                       ld["ratio"].items()], ["measure", "direction", "patched/stock, 95% CI", "verdict"]))
+    for metric in ("output_tok_s", "ttft_s"):
+        labels = [a for a in ld["arms"] if ld["arms"][a][metric]["p50"] is not None]
+        if labels:
+            out.append(bar_chart(f"{metric} per arm (p50, whiskers p50-p90)", labels,
+                                 [ld["arms"][a][metric]["p50"] for a in labels],
+                                 lows=[ld["arms"][a][metric]["p50"] for a in labels],
+                                 highs=[ld["arms"][a][metric]["p90"] for a in labels]))
     out.append("</body></html>\n")
     return "".join(out)

@@ -173,7 +173,7 @@ def write_patched(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], dist
     for rel, info in members.items():
         if rel in tree.changed or rel == f"{dist_info}/RECORD":
             continue
-        top, sep, rest = rel.partition("/")
+        top, _sep, rest = rel.partition("/")
         target = rel
         if top == dist_info:
             target = f"{new_info}/{rest}"

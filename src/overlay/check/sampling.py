@@ -1,0 +1,67 @@
+"""The sampling-distribution check at temperature > 0: for each prompt and each of the first P positions, the tokens
+the patched engine samples over many seeds against the stock engine's, a chi-square homogeneity test per position
+(overlay.check.stats.homogeneity). A lossless patch must leave these distributions equal; the gate rejects when any
+position's p-value is below alpha / (number of tests) (Bonferroni, alpha = 0.01). Seeds are the same in both arms, so
+an exact patch also samples the same tokens seed for seed (reported as ``identical_runs``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from overlay.check import stats
+from overlay.check.envs import Arm
+
+WORKERS = Path(__file__).parent / "workers"
+SAMPLERS = {"mlx-lm": WORKERS / "sample_mlx_lm.py"}
+ALPHA = 0.01
+SAMPLE_PROMPTS = 4  # the first prompts of the set
+
+
+def available(engine: str) -> bool:
+    return engine in SAMPLERS
+
+
+def sample(engine: str, arm: Arm, model: Path, prompt_ids: list[list[int]], *, temperature: float, seeds: list[int],
+           positions: int, options: dict[str, Any] | None = None) -> list[list[list[int]]]:
+    req: dict[str, Any] = {"model": str(model), "prompts": prompt_ids, "temperature": temperature, "seeds": seeds,
+                           "positions": positions}
+    if options:
+        req["options"] = options
+    res = arm.run_json(SAMPLERS[engine], req, timeout=1800)
+    tokens: list[list[list[int]]] = res["tokens"]
+    return tokens
+
+
+def compare(stock: list[list[list[int]]], patched: list[list[list[int]]], *, categories: list[str],
+            temperature: float, positions: int, alpha: float = ALPHA) -> dict[str, Any]:
+    """Per prompt and position: the chi-square test of stock's vs patched's sampled tokens."""
+    tests = []
+    identical = total = 0
+    for pi, (a_runs, b_runs) in enumerate(zip(stock, patched)):
+        for a, b in zip(a_runs, b_runs):
+            total += 1
+            identical += a == b
+        for t in range(positions):
+            a_tok = [r[t] for r in a_runs if len(r) > t]
+            b_tok = [r[t] for r in b_runs if len(r) > t]
+            h = stats.homogeneity(a_tok, b_tok)
+            tests.append({"prompt": pi, "category": categories[pi], "position": t, **h})
+    informative = [t for t in tests if t["df"] > 0]
+    threshold = alpha / max(1, len(informative))
+    worst = min(informative, key=lambda t: t["p"]) if informative else None
+    return {"temperature": temperature, "seeds": len(stock[0]) if stock else 0, "prompts": len(stock),
+            "positions": positions, "tests": tests, "informative_tests": len(informative), "alpha": alpha,
+            "threshold": threshold, "min_p": worst["p"] if worst else 1.0, "worst": worst,
+            "equal": all(t["p"] >= threshold for t in informative),
+            "identical_runs": identical, "runs": total}
+
+
+def gate(result: dict[str, Any], cls: str) -> dict[str, Any]:
+    w = result["worst"]
+    where = f"; lowest p {w['p']:.3g} at prompt {w['prompt']} position {w['position']}" if w else ""
+    return {"subject": "series", "class": cls, "gate": f"sampling distribution at T={result['temperature']:g} equals stock's",
+            "passed": bool(result["equal"]),
+            "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} seeds, Bonferroni "
+                      f"threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
+                      "identical seed for seed"}
