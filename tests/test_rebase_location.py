@@ -58,9 +58,9 @@ diff --git a/m.py b/m.py
 +    trace()
      c = x + 3
      return c
---
+-- SIGNATURE
 2.43.0
-"""
+""".replace(b"-- SIGNATURE", b"-- ")  # git's signature line ends in a space
 
 
 def _patch(raw: bytes = SAME_LINE_PATCH) -> Patch:

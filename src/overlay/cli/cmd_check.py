@@ -75,6 +75,7 @@ def execute(args: argparse.Namespace) -> int:
 
     require_extra("check", command="check")  # before overlay.check imports numpy
     from overlay.check.run import CheckOptions, run_check
+    from overlay.core.manifest import load_engine
     from overlay.engines import get_adapter
     from overlay.errors import CheckFailed, UsageError
 
@@ -98,6 +99,7 @@ def execute(args: argparse.Namespace) -> int:
         samples=args.samples, stock_wheel=args.stock_wheel.resolve() if args.stock_wheel else None,
         patched_wheel=args.patched_wheel.resolve() if args.patched_wheel else None,
     )
+    load_engine(root, options.engine)  # the engine's name and manifest first: a path or an unknown name is refused here
     try:
         report = run_check(root=root, options=options, adapter=get_adapter(options.engine), reporter=reporter_for(args))
     except CheckFailed as exc:

@@ -56,7 +56,11 @@ def execute(args: argparse.Namespace) -> int:
     require_extra("check", command="models")  # before overlay.check.models imports numpy
     root = resolve_root(args)
     if args.models_command == "build":
-        python = args.python or ("stock" if importlib.util.find_spec("mlx") is None else None)
+        from overlay.check.models.recipes import KINDS, is_trained
+
+        # trained kinds need mlx: this interpreter's, or the stock mlx-lm arm's (random kinds need neither)
+        needs_mlx = args.kind in KINDS and is_trained(args.kind) and importlib.util.find_spec("mlx") is None
+        python = args.python or ("stock" if needs_mlx else None)
         return _build(root=root, kind=args.kind, seed=args.seed, python=python, quiet=args.verbosity < 0)
     return _list(root=root, as_json=args.json)
 
