@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
-"""GPU arms of `overlay check`, as one prepared script for an NVIDIA GPU machine with no network.
+"""The device census of `overlay check` on one NVIDIA GPU with no network: SGLang and ExLlamaV3 in one command that
+fits one H200 in 15 minutes (start-up, builds and a rerun included). Entry: ``bash scripts/device_check.sh``.
 
-    scripts/device_check.sh prepare            # HERE (package index reachable): fetch the pinned artifacts, build
-                                               # the tiny model, stage extra wheels; prints the device tool's `carry`
-                                               # list (<= 64 MiB in all)
-    scripts/device_check.sh run [--budget S]   # ON THE GPU MACHINE: builds the patched wheels offline with overlay
-                                               # itself (the series travel with the tree), runs the engines' device
-                                               # checks within the budget (default 450 s: under 8 minutes) and writes
-                                               # $OUT/device-check.json (or build/reports/device-check.json)
-    scripts/device_check.sh run --dry-run      # the same harness on a CPU machine, in the CPU test arms
+    scripts/device_check.sh prepare            # HERE (package index reachable): fetch the pinned artifacts, stage the
+                                               # wheels the GPU image lacks in .whl/; prints the device tool's carry
+    scripts/device_check.sh run [--budget S]   # ON THE GPU MACHINE (default 540 s): builds the patched wheels offline
+                                               # with overlay itself, then measures; writes $OUT/device-check.json
+    scripts/device_check.sh run --dry-run      # the same run on a CPU machine (the engines' CPU test arms)
+    scripts/device_check.sh plan ENGINE        # the plan resolved against the series as it is (JSON on stdout)
 
-GPU work: ExLlamaV3 (JIT-built extension: ring vs unbounded bitwise, drafter memory at long context, tokens stock vs
-patched, time per round, cold start; scripts/device/exllamav3_check.*) and SGLang's GPU-relevant patches as
-kernel/step micro-benchmarks with graph-replay equality (scripts/device/sglang_check.py). mlx-lm's GPU arm is not
-carried: the mlx CUDA wheel (mlx-cuda-13, ~90 MB) is over the carry limit; mlx-lm runs for real on CPU.
-Exit 0 when both engine checks pass, 4 when one fails or runs out of time.
+What one run does (budget plan: scripts/device/plan.py ``split_budget``; the plan is printed first):
+
+1. setup: the carried wheels into /tmp/ovl-site, ``overlay apply`` of both series offline, the plan resolved from the
+   patches' trailers (every declared mechanism: a probe, or why one GPU cannot measure it);
+2. ExLlamaV3's extension builds start in the background (stock, then only the units the series changes:
+   scripts/device/exllamav3_check.py ``--phase build``) while SGLang's probes run on the GPU
+   (scripts/device/sglang_check.py);
+3. ExLlamaV3's probes once its builds are done, with what is left of the budget;
+4. the report: per engine, census records in the shape of ``overlay check --mechanism`` (patch, metric, direction,
+   scenario, declared, flag, stock, flag_off, patched, before, after, holds, sites, note) plus time (median
+   microseconds per step before/after, their ratio and a bootstrap interval), the engines' raw reports, the budget
+   used; ``$OUT/device-check.json`` (or build/reports/device-check.json) and one line per record on stdout.
+
+Every probe or phase that does not fit is skipped with its reason; a mechanism is "holds" only when measured. mlx-lm's
+GPU arm is not carried (the mlx CUDA wheel, ~90 MB, is over the carry limit; mlx-lm is checked for real on CPU).
+Exit 0: both engines ran and no measured mechanism fails; 4: a declared mechanism does not hold on the GPU or an
+engine check failed or ran out of time; 2: bad input or setup. A dry run's numbers are the CPU census's: it exits 4
+only when the harness itself fails.
 """
 
 from __future__ import annotations
@@ -26,9 +38,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts" / "device"))
+
+import plan
+import records
 
 from overlay.core.build import apply_engine, select_artifact
 from overlay.core.fetch import cached_path, fetch_artifact
@@ -36,8 +53,11 @@ from overlay.core.manifest import load_engine
 from overlay.fsutil import atomic_write_json
 
 CARRY_LIMIT = 64 * 1024 * 1024
+ENGINES = ("sglang", "exllamav3")
 SGLANG_EXTRA = ["msgspec", "orjson", "pybase64", "pyzmq", "setproctitle", "partial_json_parser", "interegular",
-                "xgrammar==0.2.7", "compressed-tensors==0.18.0", "apache-tvm-ffi==0.1.11"]
+                "xgrammar==0.2.7", "compressed-tensors==0.18.0", "apache-tvm-ffi==0.1.11",
+                # ExLlamaV3's imports the GPU image lacks
+                "marisa-trie", "pydantic", "pydantic-core", "annotated-types", "typing-inspection"]
 
 
 def sglang_artifact(dry: bool) -> str:
@@ -49,7 +69,8 @@ def sglang_artifact(dry: bool) -> str:
     for name in names:
         if f"-{py}-" in name:
             return name
-    raise SystemExit(f"no pinned sglang wheel for {py}: pinned are {names}")
+    raise SystemExit(f"error: no pinned sglang wheel for {py}: pinned are {names}; run with Python 3.12 (the GPU "
+                     f"image's python3)")
 
 
 def size(path: Path) -> int:
@@ -57,14 +78,11 @@ def size(path: Path) -> int:
 
 
 def prepare() -> int:
-    from overlay.check import models as tinymodels
-
     carry = []
     for engine, name in (("exllamav3", None), ("sglang", "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")):
         manifest = load_engine(REPO, engine)
         artifact = select_artifact(manifest, name)
         carry.append(fetch_artifact(REPO, manifest, artifact).parent)
-    carry.append(tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO)))
     whl = REPO / ".whl"
     whl.mkdir(exist_ok=True)
     exclude = REPO / ".git" / "info" / "exclude"
@@ -76,10 +94,10 @@ def prepare() -> int:
                            "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
                            "-d", str(whl), *SGLANG_EXTRA], capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"note: not every SGLang dependency was staged: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        print(f"note: not every dependency was staged: {proc.stderr.strip()[-300:]}", file=sys.stderr)
     carry.append(whl)
     total = sum(size(p) for p in carry)
-    print(f"carry ({total} bytes of {CARRY_LIMIT}):")
+    print(f"carry ({total} bytes of {CARRY_LIMIT}, the working tree counts too):")
     for p in carry:
         print(f"  {p.relative_to(REPO)}")
     if total > CARRY_LIMIT:
@@ -88,56 +106,81 @@ def prepare() -> int:
     return 0
 
 
-def run(budget: int, dry: bool) -> int:
+def _log(msg: str) -> None:
+    print(f"device-check: {msg}", file=sys.stderr, flush=True)
+
+
+def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
     start = time.monotonic()
     out = Path(os.environ.get("OUT") or REPO / "build" / "reports")
     out.mkdir(parents=True, exist_ok=True)
     logs = REPO / "build" / "device"
     logs.mkdir(parents=True, exist_ok=True)
+    split = plan.split_budget(budget)
+    _log("budget plan: " + ", ".join(f"{k} {int(v)} s" for k, v in split.items()))
     env = dict(os.environ)
     whl = REPO / ".whl"
     if whl.is_dir() and any(whl.glob("*.whl")) and not dry:
         site = Path("/tmp/ovl-site")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--target", str(site), *map(str, whl.glob("*.whl"))], check=True)
+                        "--upgrade", "--target", str(site), *map(str, whl.glob("*.whl"))], check=True)
         env["PYTHONPATH"] = f"{site}:{env.get('PYTHONPATH', '')}".rstrip(":")
-    wheels = REPO / "build" / "device" / "wheels"
-    sg_name = sglang_artifact(dry)
-    pythons = {"exllamav3": (sys.executable, env), "sglang": (sys.executable, env)}
-    built = {}
-    for engine, name in (("exllamav3", None), ("sglang", sg_name)):
+    wheels = logs / "wheels"
+    pythons = dict.fromkeys(ENGINES, (sys.executable, env))
+    built: dict[str, tuple[Path, Path]] = {}
+    resolved: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        name = sglang_artifact(dry) if engine == "sglang" else None
         manifest = load_engine(REPO, engine)
         stock = cached_path(REPO, select_artifact(manifest, name))
         patched = apply_engine(root=REPO, engine=engine, artifact_name=name, out_dir=wheels, offline=True).wheel
         built[engine] = (stock, patched)
+        resolved[engine] = records.resolve(REPO, engine)
+        (logs / f"plan-{engine}.json").write_text(json.dumps(resolved[engine], indent=2))
+        for planned in plan.budget_plan(engine, split["sglang" if engine == "sglang" else "exllamav3"]):
+            _log(f"plan {engine} {planned.probe.key}: " + ("run" if planned.run else f"skip ({planned.reason})"))
         if dry:  # the CPU test arms hold torch and the stand-ins
             from overlay.check.envs import arms_for
 
             arm = arms_for(REPO, engine).patched
             pythons[engine] = (str(arm.python), {**os.environ, **arm.env})
-    left = budget - (time.monotonic() - start)
-    ex_time, sg_time = int(left * 2 / 3), int(left / 3) - 10
-    results = {}
-    for engine, cmd, secs in (
-        ("exllamav3", [pythons["exllamav3"][0], "scripts/device/exllamav3_check.py",
-                       *([] if dry else ["--shared-ext"]),
-                       "--stock", str(built["exllamav3"][0]), "--patched", str(built["exllamav3"][1]),
-                       "--out", str(out / "exllamav3-device.json"), *(["--dry-run"] if dry else [])], ex_time),
-        ("sglang", [pythons["sglang"][0], "scripts/device/sglang_check.py", "--stock", str(built["sglang"][0]),
-                    "--patched", str(built["sglang"][1]), "--out", str(out / "sglang-device.json"),
-                    *(["--dry-run", "--iters", "2"] if dry else [])], sg_time),
-    ):
-        t0 = time.monotonic()
+    results: dict[str, dict[str, Any]] = {}
+    build_proc = None
+    ex_cmd = []
+    if "exllamav3" in engines:
+        ex_py, ex_env = pythons["exllamav3"]
+        ex_cmd = [ex_py, "scripts/device/exllamav3_check.py", "--stock", str(built["exllamav3"][0]), "--patched",
+                  str(built["exllamav3"][1]), "--plan", str(logs / "plan-exllamav3.json"),
+                  *(["--dry-run"] if dry else [])]
+        build_log = (logs / "exllamav3-build.log").open("w")
+        build_proc = subprocess.Popen([*ex_cmd, "--phase", "build", "--budget", str(int(split["exllamav3_build"])),
+                                       "--out", str(logs / "exllamav3-build.json")], cwd=REPO,
+                                      env={**ex_env, "PYTHONUNBUFFERED": "1"}, stdout=build_log,
+                                      stderr=subprocess.STDOUT)
+    if "sglang" in engines:
+        sg_py, sg_env = pythons["sglang"]
+        cmd = [sg_py, "scripts/device/sglang_check.py", "--stock", str(built["sglang"][0]), "--patched",
+               str(built["sglang"][1]), "--plan", str(logs / "plan-sglang.json"), "--out", str(out / "sglang-device.json"),
+               "--budget", str(int(split["sglang"] - 15)), *(["--dry-run", "--rounds", "4"] if dry else [])]
+        results["sglang"] = _run_engine("sglang", cmd, sg_env, split["sglang"], out / "sglang-device.json", logs)
+    if build_proc is not None:
+        left = max(10.0, split["setup"] + max(split["sglang"], split["exllamav3_build"]) - (time.monotonic() - start))
         try:
-            with (logs / f"{engine}.log").open("w") as log:
-                rc = subprocess.run(cmd, cwd=REPO, env={**pythons[engine][1], "PYTHONUNBUFFERED": "1"},
-                                    stdout=log, stderr=subprocess.STDOUT, timeout=max(secs, 30)).returncode
+            build_rc = build_proc.wait(timeout=left + 15)
         except subprocess.TimeoutExpired:
-            rc = 124
-        path = out / f"{engine}-device.json"
-        results[engine] = {"exit_code": rc, "timed_out": rc == 124, "seconds": round(time.monotonic() - t0, 1),
-                           "log": str(logs / f"{engine}.log"),
-                           "report": json.loads(path.read_text()) if path.is_file() else None}
+            build_proc.kill()
+            build_rc = 124
+        _log(f"exllamav3 build phase: exit {build_rc}")
+        left = budget - split["report"] - (time.monotonic() - start)
+        results["exllamav3"] = _run_engine(
+            "exllamav3", [*ex_cmd, "--phase", "probes", "--budget", str(int(max(0, left - 10))), "--out",
+                          str(out / "exllamav3-device.json")],
+            pythons["exllamav3"][1], max(30.0, left), out / "exllamav3-device.json", logs)
+        results["exllamav3"]["build_exit_code"] = build_rc
+    for engine in engines:
+        recs = records.records(resolved[engine], results[engine].get("report"))
+        results[engine]["records"] = recs
+        results[engine]["summary"] = records.summary(recs)
     results["mlx-lm"] = {"skipped": "the mlx CUDA wheel (~90 MB) is over the 64 MiB carry limit; mlx-lm is checked "
                                     "for real on CPU by `overlay check mlx-lm`"}
     gpu = None
@@ -147,26 +190,65 @@ def run(budget: int, dry: bool) -> int:
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:
         pass
-    ok = all(results[e]["exit_code"] == 0 for e in ("exllamav3", "sglang"))
-    report = {"version": 1, "kind": "device-check", "dry_run": dry, "gpu": gpu,
+    harness_ok = all(results[e]["exit_code"] in (0, 4) and results[e].get("report") for e in engines)
+    failing = [r for e in engines for r in results[e]["records"] if r["holds"] is False]
+    ok = harness_ok and (dry or not failing)
+    report = {"version": 2, "kind": "device-check", "dry_run": dry, "gpu": gpu,
               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "seconds": round(time.monotonic() - start, 1), "budget_s": budget,
+              "seconds": round(time.monotonic() - start, 1), "budget": {"seconds": budget, "plan": split},
               "engines": results, "verdict": "pass" if ok else "fail"}
     atomic_write_json(out / "device-check.json", report)
-    codes = ", ".join(f"{e} exit {results[e]['exit_code']}" for e in ("exllamav3", "sglang"))
-    print(f"device-check: {report['verdict']} ({codes}, {report['seconds']} s) -> {out / 'device-check.json'}")
+    for engine in engines:
+        for r in results[engine]["records"]:
+            verdict = {True: "holds", False: "DOES NOT HOLD", None: "not measured"}[r["holds"]]
+            t = r.get("time") or {}
+            timing = f" time x{t['ratio']} {t.get('ci')}" if t.get("ratio") else ""
+            print(f"{engine} {verdict:<13} {r['patch'][:44]}: {r['declared']} [{r['flag']}] "
+                  f"{r['before']} -> {r['after']}{timing}  ({str(r['note'])[:160]})")
+    codes = ", ".join(f"{e} exit {results[e]['exit_code']}" for e in engines)
+    sums = "; ".join(f"{e}: {results[e]['summary']}" for e in engines)
+    print(f"device-check: {report['verdict']} ({codes}; {sums}; {report['seconds']} s) -> {out / 'device-check.json'}")
     return 0 if ok else 4
 
 
+def _run_engine(engine: str, cmd: list[str], env: dict[str, str], seconds: float, path: Path,
+                logs: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    if path.is_file():
+        path.unlink()
+    try:
+        with (logs / f"{engine}.log").open("w") as log:
+            rc = subprocess.run(cmd, cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log,
+                                stderr=subprocess.STDOUT, timeout=max(seconds, 30)).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+    _log(f"{engine}: exit {rc} in {time.monotonic() - t0:.0f} s (log {logs / (engine + '.log')})")
+    return {"exit_code": rc, "timed_out": rc == 124, "seconds": round(time.monotonic() - t0, 1),
+            "log": str(logs / f"{engine}.log"), "report": json.loads(path.read_text()) if path.is_file() else None}
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     sub.add_parser("prepare", help="stage what the GPU machine needs; print the carry list")
-    r = sub.add_parser("run", help="run the GPU arms and write device-check.json")
-    r.add_argument("--budget", type=int, default=450, help="seconds for the whole run (default 450)")
-    r.add_argument("--dry-run", action="store_true", help="CPU: the engines' test arms, stand-ins, reference kernels")
+    p = sub.add_parser("plan", help="print the plan resolved against the series (JSON)")
+    p.add_argument("engine", choices=ENGINES)
+    r = sub.add_parser("run", help="run the device census and write device-check.json")
+    r.add_argument("--budget", type=float, default=plan.DEFAULT_BUDGET_S,
+                   help=f"seconds for the whole run (default {plan.DEFAULT_BUDGET_S})")
+    r.add_argument("--engine", choices=ENGINES, action="append", help="only this engine (repeatable)")
+    r.add_argument("--dry-run", action="store_true", help="CPU: the engines' test arms, stand-ins, the CPU census")
     args = ap.parse_args()
-    return prepare() if args.mode == "prepare" else run(args.budget, args.dry_run)
+    if args.mode == "prepare":
+        return prepare()
+    if args.mode == "plan":
+        print(json.dumps(records.resolve(REPO, args.engine), indent=2))
+        return 0
+    if args.budget < plan.SETUP_S + plan.REPORT_S + 30:
+        print(f"device-check: error: --budget {args.budget} is too small: setup and report alone take "
+              f"{plan.SETUP_S + plan.REPORT_S} s; give at least {plan.SETUP_S + plan.REPORT_S + 30}", file=sys.stderr)
+        return 2
+    return run(args.budget, args.dry_run, tuple(args.engine or ENGINES))
 
 
 if __name__ == "__main__":

@@ -1,50 +1,63 @@
 #!/usr/bin/env python3
-"""ExLlamaV3 stock vs patched checks on an NVIDIA GPU machine with no network.
+"""ExLlamaV3 device census on an NVIDIA GPU machine with no network: the census metrics and time of the wheel's own
+code, stock vs patched flag off vs patched flag on, plus the correctness checks only a GPU can make.
 
-Runs the same probes as tests/engines/exllamav3 (stock wheel vs the wheel `overlay apply exllamav3` built), but on
-CUDA with the real extension (JIT-built here) and the real Triton kernels:
+Phases (``--phase``; the driver, scripts/device_check.py, runs ``build`` in the background while SGLang measures, then
+``probes``; ``all`` does both):
 
-- cold start: first `import exllamav3` per arm into an empty TORCH_EXTENSIONS_DIR (JIT build), then a warm import;
-- ring vs unbounded: the SlidingAttention window schedules of probes/swa_ring.py on the GPU kernels; stock linear
-  buffer vs patched ring (EXL3_OVL_SWA_RING=1) bit for bit, and both against an unbounded K/V history (tolerance);
-  the Q8 ring's output error against the same history, next to the fp16 ring's;
-- drafter memory at long context: a synthetic DFlash2 drafter's cache really allocated at 384K tokens, stock vs
-  patched --draft_window (torch.cuda.memory_allocated delta);
-- round time: the drafter input path (probes/dflash_input.py) is CPU-side; timings there are reported per arm;
-- speculative rounds (probes/spec_round.py): the real Generator round (DFlash-style drafter and target stand-ins
-  with a GPU workload per forward) on CUDA tensors and kernels, stock vs patched sync-removal / batched-sampling
-  flags: identical tokens, wall time per round (on --dry-run: host syncs per round, counted);
-- row-seeded sampling kernels: fused_sampler_rows / gumbel_noise_rows over W rows vs W one-row calls, bit for bit;
-- end to end (probes/e2e_generate.py): a tiny HF llama carried along (build/models/llama-target-*) converted to
-  EXL3 here with exllamav3's converter, then greedy generation per arm: plain decode, the model as its own draft
-  model (K 4, K 7, and K 15 for the 16-row tier of 0016), n-gram drafting; identical tokens stock vs patched
-  (flags on; K 15 reported only, 0016 is approximate), time per iteration, tok/s,
-  time to first token from process start; with --prebuilt WHEEL (`overlay apply exllamav3 --prebuilt`) also the
-  first import and the time to first token without any JIT build.
+- ``build``: the extension for both arms from one source folder, so the patched arm recompiles only what the series
+  changes. The stock tree's ``exllamav3_ext`` sources and ``cuda_flags.py`` are copied to ``WORK/ext-tree`` and built
+  there (scripts/build_exllamav3_ext.py: upstream's recipe, torch's ninja build, ``WORK/ext-build``); then the files
+  the series changes are written over them and the same build folder is built again: ninja recompiles the changed
+  translation units and those including a changed header, and relinks. Each arm gets its ``.so`` as the precompiled
+  top-level ``exllamav3_ext`` module at its site root (``ext.is_precompiled_extension_available()``), so stock runs
+  stock C++ and patched runs the patched C++ in its default path (no shared extension). When the patched nvcc flags
+  differ from stock (a build-time define), the second build is a full one and its time says so. The report records
+  the units changed, the units ninja recompiled and the seconds of each build. A warm machine keeps ``WORK``: a
+  second run finds both builds up to date.
+- ``probes``: the plan's ExLlamaV3 probes (scripts/device/plan.py; the patches' flags from the driver's resolved plan),
+  each configuration in its own process (scripts/device/exl3_probe.py), visited twice in ABBA order (counted and
+  timed on the first visit, timed again on the second); then, while the budget lasts, the GPU-only correctness
+  check of the row-seeded sampler kernels (bit for bit against one-row calls). The end-to-end generation of the
+  earlier script version (EXL3 conversion of a tiny llama on the device) does not fit the 15-minute budget next to
+  two extension builds and is not run.
 
-`--dry-run` runs the same harness on CPU with the extension stand-in (test infrastructure), reference kernels and
-meta-only memory, so the script itself is exercised where there is no GPU; steps that need the CUDA kernels
-(sampler kernels, conversion and generation) report what they would run. The JSON report is written atomically.
-`--shared-ext` builds the extension once (patched tree) and gives the same compiled module to both arms: the
-patched C++ is a superset whose defaults reproduce stock (0015, 0016), and one JIT build of ~200 units is what a
-short device budget allows.
+``--dry-run`` runs the same phases on CPU: the build phase computes the changed and dependent units and skips the
+compiler (no nvcc, CPU torch), the probes run with the extension stand-in and the CPU census; the report has the same
+shape. Output: ``--out`` (default ``$OUT/exllamav3-device.json``), written atomically; exit 0, 4 when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
+import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
-import tempfile
+import sysconfig
 import time
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "src" / "overlay" / "engines" / "workers"))
+
+import cuda_census
+import plan
+
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
 STANDIN = REPO / "support" / "testbackends" / "exllamav3" / "pythonpath"
 DEPS = ["torch", "triton", "numpy", "safetensors", "tokenizers", "pydantic", "marisa_trie", "rich", "yaml", "PIL"]
+EXT = "exllamav3_ext"
+SOURCE_SUFFIXES = (".c", ".cpp", ".cu")
+TIMED = ("spec-round", "swa-ring")  # the probes whose time per step is reported
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 class CheckError(RuntimeError):
@@ -67,172 +80,327 @@ def find_wheels(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def install(wheel: Path, target: Path) -> None:
+    marker = target / ".overlay-wheel"
+    if marker.is_file() and marker.read_text() == wheel.name:
+        return
+    shutil.rmtree(target, ignore_errors=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                            "--target", str(target), str(wheel)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise CheckError(f"pip could not install {wheel.name} into {target}: {proc.stderr.strip()[-800:]}")
+    marker.write_text(wheel.name)
 
 
 class ArmRunner:
     def __init__(self, name: str, site: Path, work: Path, dry_run: bool) -> None:
         self.name, self.site, self.work, self.dry_run = name, site, work, dry_run
-        self.ext_dir = work / f"torch-extensions-{name}"
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         paths = [str(self.site)] + ([str(STANDIN)] if self.dry_run else [])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1",
-               "TORCH_EXTENSIONS_DIR": str(self.ext_dir), "OVERLAY_EXL3_STANDIN": "1" if self.dry_run else "0",
-               "EXL3_FUSED_SAMPLER": "0"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EXL3_OVL_")}
+        env.update({"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1",
+                    "TORCH_EXTENSIONS_DIR": str(self.work / f"torch-extensions-{self.name}"),
+                    "OVERLAY_EXL3_STANDIN": "1" if self.dry_run else "0", "PYTHONUNBUFFERED": "1"})
+        if self.dry_run:
+            env["EXL3_FUSED_SAMPLER"] = "0"  # the CPU stand-in has no fused sampler kernels
+        else:
+            env["EXL3_FUSED_SAMPLER"] = "1"  # upstream's default: never forced off on the GPU
         env.update(extra or {})
         return env
 
-    def python(self, code: str, extra: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, str]:
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=self.env(extra),
-                              timeout=timeout, check=False)
+    def run(self, script: Path, payload: dict[str, Any], extra: dict[str, str] | None = None,
+            timeout: float = 600) -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, str(script)], input=json.dumps(payload), capture_output=True,
+                              text=True, env=self.env(extra), timeout=timeout, check=False)
         if proc.returncode != 0:
-            raise CheckError(f"[{self.name}] python -c failed: {proc.stderr.strip()[-2000:]}")
-        return time.perf_counter() - t0, proc.stdout.strip()
-
-    def probe(self, script: str, payload: dict, extra: dict[str, str] | None = None) -> dict:
-        proc = subprocess.run([sys.executable, str(PROBES / script)], input=json.dumps(payload), capture_output=True,
-                              text=True, env=self.env(extra), timeout=3600, check=False)
-        if proc.returncode != 0:
-            raise CheckError(f"[{self.name}] {script} failed: {proc.stderr.strip()[-2000:]}")
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+            raise CheckError(f"[{self.name}] {script.name} failed: {proc.stderr.strip()[-1500:]}")
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-IMPORT_CODE = (
-    "import time; t=time.perf_counter(); import exllamav3; from exllamav3.ext import exllamav3_ext as e; "
-    "print(round(time.perf_counter()-t, 3), getattr(e, 'OVERLAY_STANDIN', False))"
-)
+# --- build phase ----------------------------------------------------------------------------------------------------
 
 
-def check_cold_start(arms: dict[str, ArmRunner]) -> dict:
-    out = {}
-    for name, arm in arms.items():
-        cold_wall, cold = arm.python(IMPORT_CODE)
-        warm_wall, warm = arm.python(IMPORT_CODE)
-        out[name] = {"cold_import_s": float(cold.split()[0]), "cold_process_s": round(cold_wall, 3),
-                     "warm_import_s": float(warm.split()[0]), "warm_process_s": round(warm_wall, 3),
-                     "standin": cold.split()[1] == "True"}
-    return out
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def share_extension(arms: dict[str, ArmRunner], work: Path) -> dict:
-    """Copy the patched arm's JIT-built exllamav3_ext into both sites as a top-level precompiled module"""
-    import sysconfig
+def changed_files(stock_dir: Path, patched_dir: Path) -> dict[str, list[str]]:
+    """Files of the extension folder the series adds, changes or removes (relative paths)."""
+    def listing(d: Path) -> dict[str, Path]:
+        return {p.relative_to(d).as_posix(): p for p in d.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
-    built = sorted(arms["patched"].ext_dir.rglob("exllamav3_ext*.so"))
-    if not built:
-        raise CheckError(f"no compiled exllamav3_ext under {arms['patched'].ext_dir} (run the cold_start step first)")
-    name = "exllamav3_ext" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
-    for arm in arms.values():
-        (arm.site / name).write_bytes(built[-1].read_bytes())
-    return {"extension": str(built[-1]), "installed_as": name}
+    s, p = listing(stock_dir), listing(patched_dir)
+    return {"added": sorted(set(p) - set(s)), "removed": sorted(set(s) - set(p)),
+            "changed": sorted(k for k in set(s) & set(p) if not filecmp.cmp(s[k], p[k], shallow=False))}
 
 
-def check_ring(arms: dict[str, ArmRunner], dry_run: bool) -> dict:
-    schedules = [
-        {"seed": 1, "window": 256, "steps": 150},
-        {"seed": 2, "window": 2047, "steps": 120, "bsz": 2, "causal": False},
-        {"seed": 3, "window": 100, "steps": 200},
-    ]
-    mode = {"device": "cpu", "kernels": "reference"} if dry_run else {"device": "cuda", "kernels": "real", "head_dim": 128}
-    results = []
-    for sched in schedules:
-        if dry_run:
-            sched = {**sched, "steps": min(sched["steps"], 40), "window": min(sched["window"], 256)}
-        stock = arms["stock"].probe("swa_ring.py", {**sched, **mode, "ring": False})
-        ring = arms["patched"].probe("swa_ring.py", {**sched, **mode, "ring": True})
-        patched_off = arms["patched"].probe("swa_ring.py", {**sched, **mode, "ring": False})
-        results.append({
-            "schedule": sched, "positions": ring["final_positions"], "kv_state_size": ring["kv_state_size"],
-            "ring_equals_stock_bitwise": ring["digests"] == stock["digests"],
-            "patched_off_equals_stock_bitwise": patched_off["digests"] == stock["digests"],
-            "ring_max_abs_vs_unbounded": ring["max_abs_vs_oracle"],
-            "stock_max_abs_vs_unbounded": stock["max_abs_vs_oracle"],
-            "stock_shift_clones": stock["clones"], "ring_shift_clones": ring["clones"],
-        })
-    # Q8 window ring (patch 0009) on the real quantized-cache kernels: error of the attention outputs against the
-    # unbounded fp16 history, next to the fp16 ring's (0 on the reference kernels, small on the GPU kernels)
-    q8_sched = {"seed": 5, "window": 256, "steps": 40 if dry_run else 120}
-    q8 = arms["patched"].probe("swa_ring.py", {**q8_sched, **mode, "ring": True, "quant": [8, 8]})
-    fp16 = arms["patched"].probe("swa_ring.py", {**q8_sched, **mode, "ring": True})
-    quant = {"schedule": q8_sched, "q8_max_abs_vs_unbounded": q8["max_abs_vs_oracle"],
-             "fp16_max_abs_vs_unbounded": fp16["max_abs_vs_oracle"], "q8_state_bytes": q8["state_bytes"],
-             "fp16_state_bytes": fp16["state_bytes"]}
-    return {"schedules": results, "q8_ring": quant,
-            "ok": all(r["ring_equals_stock_bitwise"] and r["patched_off_equals_stock_bitwise"] for r in results)}
+def dependent_units(src: Path, touched: set[str]) -> list[str]:
+    """Translation units under ``src`` that are ``touched`` or include a touched file, directly or not (quoted
+    includes, resolved against the including file's folder and ``src``): what ninja's depfiles will rebuild."""
+    files = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file()}
+    includes: dict[str, set[str]] = {}
+    for rel, path in files.items():
+        if path.suffix not in (".c", ".cpp", ".cu", ".h", ".cuh", ".hpp", ".inc"):
+            continue
+        deps = set()
+        for inc in INCLUDE.findall(path.read_text(errors="replace")):
+            for base in (path.parent, src):
+                cand = (base / inc).resolve()
+                try:
+                    deps.add(cand.relative_to(src.resolve()).as_posix())
+                    break
+                except ValueError:
+                    continue
+        includes[rel] = deps
+    dirty = set(touched)
+    grew = True
+    while grew:
+        grew = False
+        for rel, deps in includes.items():
+            if rel not in dirty and deps & dirty:
+                dirty.add(rel)
+                grew = True
+    return sorted(r for r in dirty if r.endswith(SOURCE_SUFFIXES) and r in files)
 
 
-def check_drafter_memory(arms: dict[str, ArmRunner], dry_run: bool) -> dict:
-    base = {"layer_types": ["sliding_attention"] + ["full_attention"] * 4, "cache_tokens": 384 * 1024,
-            "alloc_device": None if dry_run else "cuda"}
-    stock = arms["stock"].probe("drafter_model.py", base)
-    out = {"stock": {k: stock[k] for k in ("paged_bytes", "ring_bytes", "allocated_bytes")}}
-    for w in (2048, 4096):
-        forced = arms["patched"].probe("drafter_model.py", {**base, "draft_window": w})
-        out[f"patched_draft_window_{w}"] = {k: forced[k] for k in ("paged_bytes", "ring_bytes", "allocated_bytes")}
-    return out
+def _flags(tree: Path) -> list[str] | None:
+    import importlib.util
+
+    path = tree / "exllamav3" / "util" / "cuda_flags.py"
+    spec = importlib.util.spec_from_file_location(f"_ovl_cuda_flags_{abs(hash(str(tree)))}", path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        flags = list(module.cuda_cflags())
+        defines = getattr(module, "ovl_build_defines", None)
+        return flags + (list(defines()) if defines else [])
+    except Exception:
+        return None
 
 
-def check_drafter_input(arms: dict[str, ArmRunner]) -> dict:
-    payload = {"seed": 0, "rounds": 200, "bsz": 1}
-    t0 = time.perf_counter()
-    stock = arms["stock"].probe("dflash_input.py", payload)
-    t1 = time.perf_counter()
-    cached = arms["patched"].probe("dflash_input.py", {**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}})
-    t2 = time.perf_counter()
-    return {"identical": stock["digests"] == cached["digests"], "embedded_rows": {
-        "stock": stock["embedded_rows"], "patched": cached["embedded_rows"]},
-        "process_s": {"stock": round(t1 - t0, 3), "patched": round(t2 - t1, 3)}}
+def _build(tree: Path, out: Path, build_dir: Path, jobs: int, timeout: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    started = time.time()
+    cmd = [sys.executable, str(REPO / "scripts" / "build_exllamav3_ext.py"), "--tree", str(tree), "--out", str(out),
+           "--build-dir", str(build_dir), "--jobs", str(jobs)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "seconds": round(time.monotonic() - t0, 1),
+                "error": f"over its budget of {int(timeout)} s (the build folder is kept: a rerun continues it)"}
+    objects = list(build_dir.glob("*.o")) + list(build_dir.rglob("*.cuda.o"))
+    rebuilt = sorted({p.name for p in objects if p.stat().st_mtime >= started - 1})
+    result = {"ok": proc.returncode == 0, "seconds": round(time.monotonic() - t0, 1),
+              "objects_recompiled": len(rebuilt), "objects": len({p.name for p in objects})}
+    if proc.returncode != 0:
+        result["error"] = (proc.stderr or proc.stdout).strip()[-1500:]
+    return result
 
 
-SPEC_FLAGS = {
-    "event": {"EXL3_OVL_EVENT_SYNC": "1"},
-    "readback": {"EXL3_OVL_VERIFY_READBACK": "1", "EXL3_OVL_EVENT_SYNC": "1"},
-    "round": {"EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_EVENT_SYNC": "1"},
-    "all": {"EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_EVENT_SYNC": "1", "EXL3_OVL_BATCH_SAMPLE": "1"},
-}
-E2E_FLAGS = {"EXL3_OVL_EVENT_SYNC": "1", "EXL3_OVL_VERIFY_READBACK": "1", "EXL3_OVL_ROUND_SYNC": "1",
-             "EXL3_OVL_BATCH_SAMPLE": "1", "EXL3_OVL_BSZN": "16"}
-OUTPUT_KEYS = ("tokens", "results", "accepted", "rejected", "pages", "kv_positions", "rng", "kv_updates")
-
-
-def check_spec_rounds(arms: dict[str, ArmRunner], dry_run: bool) -> dict:
-    cases = {
-        "bsz1-k7": {"seed": 1, "bsz": 1, "rounds": 40, "corrupt": 10},
-        "bsz4-k7": {"seed": 2, "bsz": 4, "rounds": 40, "corrupt": 10},
-        "bsz4-k7-temp": {"seed": 3, "bsz": 4, "rounds": 40, "corrupt": 10, "sampler": "temp"},
-    }
-    extra = {} if dry_run else {"device": "cuda", "work": 20}
-    out: dict = {}
-    for name, case in cases.items():
-        payload = {**case, **extra, "rounds": 8 if dry_run else case["rounds"]}
-        stock = arms["stock"].probe("spec_round.py", payload)
-        row: dict = {"stock": _round_summary(stock, dry_run)}
-        for flag, env in SPEC_FLAGS.items():
-            patched = arms["patched"].probe("spec_round.py", {**payload, "env": env})
-            row[flag] = {**_round_summary(patched, dry_run),
-                         "identical": all(patched[k] == stock[k] for k in OUTPUT_KEYS)}
-            if not dry_run and stock["rounds_s"]:
-                row[flag]["round_time_ratio"] = round(patched["rounds_s"] / stock["rounds_s"], 3)
-        out[name] = row
-    out["ok"] = all(v["identical"] for row in out.values() if isinstance(row, dict)
-                    for k, v in row.items() if k != "stock")
-    return out
-
-
-def _round_summary(doc: dict, dry_run: bool) -> dict:
-    spec = [r for r in doc["per_round"] if r["kind"] == "spec"]
-    summary = {"rounds": len(spec), "accepted": sum(sum(r) for r in doc["accepted"])}
+def build_phase(sites: dict[str, Path], work: Path, *, dry_run: bool, jobs: int, deadline: plan.Deadline) -> dict:
+    stock_src = sites["stock"] / "exllamav3" / EXT
+    patched_src = sites["patched"] / "exllamav3" / EXT
+    diff = changed_files(stock_src, patched_src)
+    touched = set(diff["added"]) | set(diff["changed"])
+    units = dependent_units(patched_src, touched)
+    all_units = sorted(p.relative_to(stock_src).as_posix() for p in stock_src.rglob("*")
+                       if p.suffix in SOURCE_SUFFIXES and "rocm" not in p.parts)
+    stock_tree, patched_tree = sites["stock"], sites["patched"]
+    same_flags = (stock_tree / "exllamav3/util/cuda_flags.py").read_bytes() == \
+        (patched_tree / "exllamav3/util/cuda_flags.py").read_bytes()
+    if not same_flags:
+        fs, fp = _flags(stock_tree), _flags(patched_tree)
+        same_flags = fs is not None and fs == fp
+    report: dict[str, Any] = {"units": len(all_units), "files_changed": diff, "units_to_rebuild": units,
+                              "same_nvcc_flags": same_flags}
     if dry_run:
-        summary["host_syncs_per_round"] = round(sum(r["syncs"] for r in spec) / max(len(spec), 1), 2)
-    else:
-        summary["ms_per_round"] = round(1000 * doc["rounds_s"] / max(len(spec), 1), 3)
-    return summary
+        report["skipped"] = ("dry run: no nvcc and CPU torch; the stand-in extension serves both arms (on the GPU: "
+                             f"stock {len(all_units)} units, then {len(units)} for the patched arm)")
+        return report
+    tree = work / "ext-tree"
+    build_dir = work / "ext-build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # the fixed source folder, stock content (files only rewritten when they differ: ninja sees no change otherwise)
+    _sync_tree(stock_src, tree / "exllamav3" / EXT, stock_tree / "exllamav3/util/cuda_flags.py", tree)
+    report["stock"] = _build(tree, sites["stock"], build_dir, jobs, max(30.0, deadline.left() - 20))
+    if not report["stock"]["ok"]:
+        report["patched"] = {"ok": False, "error": "not built: the stock build did not finish"}
+        return report
+    _sync_tree(patched_src, tree / "exllamav3" / EXT, patched_tree / "exllamav3/util/cuda_flags.py", tree)
+    report["patched"] = _build(tree, sites["patched"], build_dir, jobs, max(30.0, deadline.left() - 5))
+    # the next run's stock build starts from the stock sources again: put them back (mtimes move: it recompiles
+    # the same units, the price of one shared folder)
+    return report
 
+
+def _sync_tree(src: Path, dst: Path, flags: Path, tree: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    wanted = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    for rel in [p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file()]:
+        if rel not in wanted:
+            (dst / rel).unlink()
+    for rel, path in wanted.items():
+        target = dst / rel
+        if not target.is_file() or _digest(target) != _digest(path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    util = tree / "exllamav3" / "util"
+    util.mkdir(parents=True, exist_ok=True)
+    if not (util / "cuda_flags.py").is_file() or _digest(util / "cuda_flags.py") != _digest(flags):
+        shutil.copyfile(flags, util / "cuda_flags.py")
+
+
+def extension_ready(site: Path) -> bool:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return (site / f"{EXT}{suffix}").is_file()
+
+
+# --- probes phase ---------------------------------------------------------------------------------------------------
+
+
+def _options(entry: dict[str, Any]) -> dict[str, Any]:
+    return dict(entry.get("options") or {})
+
+
+def request_for(key: str, config: str, entry: dict[str, Any] | None, dry: bool) -> dict[str, Any]:
+    """The exl3_probe request of one configuration of a probe ("stock", "flag_off" or "patched")."""
+    on = config == "patched"
+    if key == "spec-round":
+        # the loader keeps the target's embedding on the host unless --embed_on_device (issue 15) asks otherwise
+        embed = "device" if on and "--embed_on_device" in _options(entry or {}) else "host"
+        return {"mode": "spec", "dry_run": dry, "steps": 3, "bsz": 2, "block": 8, "embed": embed,
+                "time_rounds": 6 if dry else 20}
+    if key in ("swa-ring", "swa-ring-q8"):
+        payload: dict[str, Any] = {"seed": 1, "window": 64 if dry else 256, "steps": 8 if dry else 150, "bsz": 1,
+                                   "ring": on, "causal": True}
+        payload.update({"device": "cpu", "kernels": "reference"} if dry else
+                       {"device": "cuda", "kernels": "real", "head_dim": 128})
+        if key == "swa-ring-q8" and on:
+            payload["quant"] = [8, 8]
+        return {"mode": "script", "dry_run": dry, "probe": "swa_ring.py", "payload": payload, "tag": "draft-round",
+                "steps": ["exllamav3.modules.sliding_attn:SlidingAttention.decode_flash_attn"],
+                "capture": key == "swa-ring"}
+    if key == "drafter-memory":
+        payload = {"layer_types": ["sliding_attention"] + ["full_attention"] * 4, "cache_tokens": 384 * 1024,
+                   "alloc_device": None if dry else "cuda"}
+        window = _options(entry or {}).get("--draft_window") if on else None
+        if window:
+            payload["draft_window"] = int(window)
+        return {"mode": "script", "dry_run": dry, "probe": "drafter_model.py", "payload": payload,
+                "tag": "draft-round", "steps": [], "time": False}
+    raise CheckError(f"no request for probe {key!r}")
+
+
+def probes_phase(arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, dry: bool,
+                 deadline: plan.Deadline) -> list[dict[str, Any]]:
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e["engine"] == "exllamav3":
+            by_key.setdefault(e["key"], []).append(e)
+    out = []
+    for planned in plan.budget_plan("exllamav3", deadline.left(), keys=set(by_key) or None):
+        key = planned.probe.key
+        group = [e for e in by_key.get(key) or [] if not e.get("pending")]  # pending ones are reported, not run
+        m: dict[str, Any] = {"key": key, "region": planned.probe.region, "status": "ok", "reason": None,
+                             "patches": sorted({e["patch"] for e in group}),
+                             "scenarios": sorted({e["scenario"] for e in group})}
+        if not by_key.get(key):
+            m.update(status="skipped", reason="no patch of the series as it is matches this probe")
+        elif not planned.run or not group:
+            m.update(status="skipped", reason=planned.reason or "pending: every mechanism of it is pending")
+        elif not deadline.allows(planned.probe.seconds):
+            m.update(status="skipped", reason=f"over budget: ~{planned.probe.seconds} s needed, "
+                                              f"{int(deadline.left())} s left")
+        else:
+            t0 = time.monotonic()
+            try:
+                m["by_scenario"] = run_configs(arms, key, group, dry, deadline)
+            except (CheckError, subprocess.TimeoutExpired) as exc:
+                m.update(status="failed", reason=str(exc)[:1500])
+            m["wall_s"] = round(time.monotonic() - t0, 2)
+        out.append(m)
+        print(f"exllamav3-check: {key}: {m['status']}{' (' + str(m['reason'])[:200] + ')' if m['reason'] else ''}",
+              file=sys.stderr, flush=True)
+    return out
+
+
+def _comparable(doc: dict[str, Any]) -> Any:
+    """What must be identical across configurations: the attention outputs' digests of a ring probe, the tokens and
+    acceptance of a speculative run, the cache geometry aside (a drafter-memory probe compares nothing)."""
+    outputs = doc.get("outputs")
+    if isinstance(outputs, dict) and "digests" in outputs:
+        return outputs["digests"]
+    if isinstance(outputs, dict) and "tokens" in outputs:
+        return outputs
+    return None
+
+
+def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]], dry: bool,
+                deadline: plan.Deadline) -> dict[str, Any]:
+    """Every configuration of one probe, twice in ABBA order; per scenario: configs {name: {report, error}}, equal,
+    time."""
+    configs: dict[str, tuple[ArmRunner, dict[str, str], dict[str, Any] | None]] = {
+        "stock": (arms["stock"], {}, None), "flag_off": (arms["patched"], {}, None)}
+    for e in group:
+        name = "patched:" + e["flag"]
+        if name not in configs:
+            configs[name] = (arms["patched"], dict(e.get("env") or {}), e)
+    docs: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    samples: dict[str, dict[str, list[float]]] = {n: {} for n in configs}
+    visits = 2 if key in TIMED and not dry else 1  # memory probes counted once; timed ones visited twice, ABBA
+    for name in cuda_census.interleave(list(configs), visits):
+        arm, env, entry = configs[name]
+        kind = "patched" if name.startswith("patched:") else name
+        if deadline.left() < 5:
+            errors.setdefault(name, "over budget: the probe's time ran out before this configuration")
+            continue
+        try:  # one configuration's process may not outlive what is left of the budget
+            doc = arm.run(HERE / "exl3_probe.py", request_for(key, kind, entry, dry), env,
+                          timeout=max(5.0, min(600.0, deadline.left())))
+        except subprocess.TimeoutExpired:
+            errors[name] = "over budget: the configuration's process ran past the budget and was stopped"
+            continue
+        except CheckError as exc:
+            errors[name] = str(exc)
+            continue
+        docs.setdefault(name, doc)
+        for tag, values in (doc.get("time") or {}).items():
+            samples[name].setdefault(tag, []).extend(values)
+    by_scenario: dict[str, Any] = {}
+    for scenario in sorted({e["scenario"] for e in group}):
+        rows = {}
+        for name in configs:
+            doc = docs.get(name)
+            rows[name] = {"report": (doc.get("reports") or {}).get(scenario) if doc else None,
+                          "error": errors.get(name) if doc is None else None,
+                          "flags_read": doc.get("flags_read") if doc else None}
+            env = configs[name][1]
+            unread = sorted(k for k in env if doc is not None and k not in (doc.get("flags_read") or []))
+            if unread and rows[name]["report"] is not None:
+                rows[name]["error"] = (f"{', '.join(unread)} set but never read in this region: the patch's code did "
+                                       "not run here")
+                rows[name]["report"] = None
+        equal = {}
+        for name in configs:
+            if name.startswith("patched:") and name in docs and "flag_off" in docs:
+                equal[f"flag_off_vs_{name}"] = _comparable(docs[name]) == _comparable(docs["flag_off"])
+        if "stock" in docs and "flag_off" in docs:
+            equal["stock_vs_flag_off"] = _comparable(docs["stock"]) == _comparable(docs["flag_off"])
+        timing = {}
+        for name in configs:
+            if name.startswith("patched:"):
+                timing[f"flag_off_vs_{name}"] = cuda_census.ratio_interval(
+                    samples["flag_off"].get(scenario, []), samples[name].get(scenario, []))
+                timing[f"stock_vs_{name}"] = cuda_census.ratio_interval(
+                    samples["stock"].get(scenario, []), samples[name].get(scenario, []))
+        by_scenario[scenario] = {"configs": rows, "equal": equal, "time": timing}
+    return by_scenario
+
+
+# --- GPU-only correctness checks -------------------------------------------------------------------------------------
 
 SAMPLER_KERNEL_CODE = r"""
 import json, torch
@@ -269,88 +437,22 @@ print(json.dumps(out))
 """
 
 
-def check_sampler_kernels(arms: dict[str, ArmRunner], dry_run: bool) -> dict:
-    if dry_run:
+def check_sampler_kernels(arm: ArmRunner, dry: bool) -> dict[str, Any]:
+    if dry:
         return {"skipped": "the row-seeded sampling kernels need the CUDA extension"}
-    _, text = arms["patched"].python(SAMPLER_KERNEL_CODE)
-    result = json.loads(text.splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-c", SAMPLER_KERNEL_CODE], capture_output=True, text=True,
+                          env=arm.env(), timeout=300, check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-1500:]}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"shapes": result, "ok": all(all(v.values()) for v in result.values())}
 
 
-def _tiny_model(pattern: str) -> Path | None:
-    found = sorted((REPO / "build" / "models").glob(pattern))
-    return found[-1] if found else None
+# --- driver ---------------------------------------------------------------------------------------------------------
 
 
-def convert(arm: ArmRunner, hf_dir: Path, out_dir: Path, work: Path) -> dict:
-    if (out_dir / "config.json").is_file():
-        return {"cached": True}
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "exllamav3.conversion.convert_model", "-i", str(hf_dir), "-o", str(out_dir), "-w",
-         str(work), "-b", "4.0", "-hb", "6", "-cr", "16", "-cc", "256"],
-        capture_output=True, text=True, env=arm.env(), timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise CheckError(f"EXL3 conversion of {hf_dir.name} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")
-    return {"cached": False, "seconds": round(time.perf_counter() - t0, 1)}
-
-
-E2E_PROMPTS = [
-    "def fibonacci(n):\n    if n < 2:\n        return n\n",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    '{"id": 17, "name": "widget", "tags": ["a", "b"], "price": 3.5}, {"id": 18, "name": ',
-    "SELECT name, price FROM products WHERE price > 10 ORDER BY",
-]
-
-
-def check_e2e(arms: dict[str, ArmRunner], dry_run: bool, work: Path, prebuilt: ArmRunner | None) -> dict:
-    hf = _tiny_model("llama-target-*")
-    if hf is None:
-        return {"error": "build/models/llama-target-* not found: build it (overlay models build "
-                         "llama-target) and carry it along"}
-    info: dict = {"model": hf.name}
-    if dry_run:
-        info["skipped"] = "EXL3 conversion and generation need the CUDA extension"
-        return info
-    exl3 = work / f"{hf.name}-exl3"
-    info["conversion"] = convert(arms["patched"], hf, exl3, work / "convert-work")
-    modes = {
-        "plain": {},
-        "self-draft-k4": {"draft_model": str(exl3), "num_draft_tokens": 4},
-        "self-draft-k7": {"draft_model": str(exl3), "num_draft_tokens": 7},
-        "self-draft-k15": {"draft_model": str(exl3), "num_draft_tokens": 15},
-        "ngram": {"ngram": 2, "num_draft_tokens": 4},
-    }
-    # K 15 verifies 16 rows: with EXL3_OVL_BSZN=16 they take the fused tier stock runs eagerly (0016, approximate),
-    # so its identity is reported, not required
-    approximate = {"self-draft-k15"}
-    cases = [{"model": str(exl3), "prompts": E2E_PROMPTS, "max_new_tokens": 96, **m} for m in modes.values()]
-    stock = run_cases_on(arms["stock"], cases)
-    patched_off = run_cases_on(arms["patched"], cases)
-    patched_on = run_cases_on(arms["patched"], [{**c, "env": E2E_FLAGS} for c in cases])
-    rows = {}
-    for name, s, off, on in zip(modes, stock, patched_off, patched_on):
-        rows[name] = {
-            "identical_off": s["tokens"] == off["tokens"], "identical_on": s["tokens"] == on["tokens"],
-            "generated": s["generated"], "accepted": [s["accepted"], on["accepted"]],
-            "iterate_ms": {"stock": s["iterate_ms"], "patched_off": off["iterate_ms"], "patched_on": on["iterate_ms"]},
-            "tok_s": {"stock": s["tok_s"], "patched_on": on["tok_s"]},
-            "ttft_process_s": {"stock": s["ttft_process_s"], "patched_on": on["ttft_process_s"]},
-        }
-    info["modes"] = rows
-    if prebuilt is not None:
-        # time to first token from process start, with the extension shipped in the wheel (no JIT)
-        first = run_cases_on(prebuilt, [{**cases[0], "prompts": E2E_PROMPTS[:1], "max_new_tokens": 8}])[0]
-        info["ttft_prebuilt_process_s"] = first["ttft_process_s"]
-    info["ok"] = all(r["identical_off"] and (r["identical_on"] or name in approximate) for name, r in rows.items())
-    return info
-
-
-def run_cases_on(arm: ArmRunner, cases: list[dict]) -> list[dict]:
-    return list(arm.probe("e2e_generate.py", {"cases": cases})["cases"])
-
-
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    deadline = plan.Deadline(args.budget)
     if not args.dry_run:
         try:
             import torch
@@ -366,46 +468,58 @@ def run(args: argparse.Namespace) -> dict:
     if missing:
         raise CheckError(f"python modules missing on this machine: {', '.join(missing)} (no network: carry wheels)")
     stock_whl, patched_whl = find_wheels(args)
-    work = Path(args.work or tempfile.mkdtemp(prefix="exl3-check-"))
-    arms = {}
+    work = Path(args.work or (REPO / "build" / "device" / "exllamav3"))
+    work.mkdir(parents=True, exist_ok=True)
+    sites = {"stock": work / "site-stock", "patched": work / "site-patched"}
     for name, wheel in (("stock", stock_whl), ("patched", patched_whl)):
-        site = work / f"site-{name}"
-        if not (site / "exllamav3").is_dir():
-            install(wheel, site)
-        arms[name] = ArmRunner(name, site, work, args.dry_run)
-    prebuilt = None
-    if args.prebuilt:
-        site = work / "site-prebuilt"
-        if not (site / "exllamav3").is_dir():
-            install(Path(args.prebuilt), site)
-        prebuilt = ArmRunner("prebuilt", site, work, args.dry_run)
-    report: dict = {"version": 1, "engine": "exllamav3", "dry_run": args.dry_run,
-                    "wheels": {"stock": stock_whl.name, "patched": patched_whl.name,
-                               "prebuilt": Path(args.prebuilt).name if args.prebuilt else None}}
+        install(wheel, sites[name])
+    arms = {name: ArmRunner(name, site, work, args.dry_run) for name, site in sites.items()}
+    report: dict[str, Any] = {"version": 2, "engine": "exllamav3", "dry_run": args.dry_run,
+                              "wheels": {"stock": stock_whl.name, "patched": patched_whl.name},
+                              "budget": {"seconds": args.budget}}
     if not args.dry_run:
         import torch
-        report["device"] = {"name": torch.cuda.get_device_name(), "torch": torch.__version__,
-                            "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"]}
-    cold_arms = dict(arms, **({"prebuilt": prebuilt} if prebuilt is not None else {}))
-    steps = [("cold_start", lambda: check_cold_start(cold_arms)),
-             ("shared_ext", lambda: share_extension(arms, work) if args.shared_ext else {"skipped": "not asked"}),
-             ("ring", lambda: check_ring(arms, args.dry_run)),
-             ("drafter_memory", lambda: check_drafter_memory(arms, args.dry_run)),
-             ("drafter_input", lambda: check_drafter_input(arms)),
-             ("spec_rounds", lambda: check_spec_rounds(arms, args.dry_run)),
-             ("sampler_kernels", lambda: check_sampler_kernels(arms, args.dry_run)),
-             ("e2e", lambda: check_e2e(arms, args.dry_run, work, prebuilt))]
-    for name, step in steps:
-        if args.only and name not in args.only:
-            continue
-        t0 = time.perf_counter()
+
+        report["machine"] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                             "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"], "instrument": "cuda"}
+    else:
+        report["machine"] = {"device": "cpu (dry run)", "instrument": "cpu-census"}
+    build_file = work / "build.json"
+    if args.phase in ("build", "all"):
+        report["build"] = build_phase(sites, work, dry_run=args.dry_run, jobs=args.jobs, deadline=deadline)
+        build_file.write_text(json.dumps(report["build"], indent=2))
+    elif build_file.is_file():
+        report["build"] = json.loads(build_file.read_text())
+    if args.phase in ("probes", "all"):
+        ready = args.dry_run or all(extension_ready(s) for s in sites.values())
         try:
-            report[name] = step()
-        except (CheckError, subprocess.TimeoutExpired) as e:
-            report[name] = {"error": str(e)}
-        report[name]["wall_s"] = round(time.perf_counter() - t0, 2)
-        print(f"exllamav3-check: {name}: done in {report[name]['wall_s']} s", file=sys.stderr)
-    report["ok"] = all("error" not in report[n] and report[n].get("ok", True) for n, _ in steps if n in report)
+            if args.plan:
+                entries = json.loads(Path(args.plan).read_text()).get("entries", [])
+            else:  # resolved here from patches/exllamav3 (needs overlay's own dependencies)
+                import records
+
+                entries = records.resolve(REPO, "exllamav3")["entries"]
+        except (OSError, ValueError, ImportError) as exc:
+            raise CheckError(f"cannot read the plan ({exc}): pass --plan FILE, written by `python3 "
+                             f"scripts/device_check.py plan exllamav3 > FILE`") from exc
+        if not entries:
+            raise CheckError("the plan has no ExLlamaV3 entries: pass the plan of `python3 scripts/device_check.py "
+                             "plan exllamav3`")
+        if not ready:
+            report["measurements"] = [{"key": k, "status": "skipped", "reason": "the extension was not built (see "
+                                       "build): no arm can import exllamav3", "patches": [], "scenarios": []}
+                                      for k in sorted({e["key"] for e in entries if e["engine"] == "exllamav3"})]
+        else:
+            report["measurements"] = probes_phase(arms, entries, dry=args.dry_run, deadline=deadline)
+            if deadline.allows(20):
+                report["sampler_kernels"] = check_sampler_kernels(arms["patched"], args.dry_run)
+            else:
+                report["sampler_kernels"] = {"skipped": "over budget"}
+    report["budget"]["used"] = round(args.budget - deadline.left(), 1)
+    failed = [m["key"] for m in report.get("measurements", []) if m["status"] == "failed"]
+    build_ok = args.dry_run or args.phase == "probes" or all(
+        (report.get("build") or {}).get(a, {}).get("ok", False) for a in ("stock", "patched"))
+    report["ok"] = not failed and build_ok and (report.get("sampler_kernels") or {}).get("ok", True)
     return report
 
 
@@ -413,18 +527,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stock", help="stock wheel (default: build/cache/**/exllamav3-1.6.5-py3-none-any.whl)")
     parser.add_argument("--patched", help="patched wheel (default: newest build/wheels/exllamav3/*.whl)")
-    parser.add_argument("--work", help="work folder (default: a new temporary folder)")
+    parser.add_argument("--plan", help="the resolved plan (python3 scripts/device_check.py plan exllamav3)")
+    parser.add_argument("--phase", choices=("build", "probes", "all"), default="all")
+    parser.add_argument("--work", help="work folder, kept between runs (default: build/device/exllamav3)")
     parser.add_argument("--out", help="report file (default: $OUT/exllamav3-device.json or "
                                       "build/reports/exllamav3-device.json)")
-    parser.add_argument("--only", nargs="*", help="run only these steps: cold_start shared_ext ring drafter_memory "
-                                                  "drafter_input spec_rounds sampler_kernels e2e")
-    parser.add_argument("--prebuilt", help="a wheel from `overlay apply exllamav3 --prebuilt` (compiled extension "
-                                           "inside): cold import and time to first token without a JIT build")
-    parser.add_argument("--shared-ext", action="store_true",
-                        help="after the cold start, give the patched arm's compiled extension to the stock arm too "
-                             "(one JIT build instead of two)")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for this phase")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc jobs (ninja)")
+    parser.add_argument("--shared-ext", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true", help="CPU: extension stand-in, reference kernels")
     args = parser.parse_args(argv)
+    if args.shared_ext:
+        print("exllamav3-check: error: --shared-ext is gone: it ran stock Python on the patched C++ and hid the "
+              "series' default-path C++ changes; the build phase now recompiles only the changed units per arm",
+              file=sys.stderr)
+        return 2
     try:
         report = run(args)
     except CheckError as e:
@@ -434,10 +551,9 @@ def main(argv: list[str] | None = None) -> int:
                                              REPO / "build" / "reports") / "exllamav3-device.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, out)
-    print(json.dumps(report, indent=2, sort_keys=True))
-    print(f"exllamav3-check: report {out}", file=sys.stderr)
+    print(f"exllamav3-check: report {out} ({'ok' if report['ok'] else 'FAILED'})", file=sys.stderr)
     return 0 if report["ok"] else 4
 
 

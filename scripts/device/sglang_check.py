@@ -1,36 +1,41 @@
 #!/usr/bin/env python3
-"""Device check for the SGLang series: micro-benchmark each GPU-relevant patch against stock, write JSON.
+"""SGLang device census: the census metrics (host syncs with sites, launches, H2D pageable/pinned, bytes, peak
+memory, capturability) and time of each planned region, stock vs patched flag off vs patched flag on.
 
-Runs on a machine with an NVIDIA GPU and no network (see docs/engines/sglang.md, "Device check"). Both arms are
-SGLang trees (a folder holding ``sglang/``, or a wheel to unzip): the stock 0.5.23 wheel and the wheel
-``overlay apply sglang`` builds. Every benchmark loads its functions from each arm in turn (``sys.modules`` is
-purged between arms), runs the same inputs through both, and records, per patch:
+Runs on a machine with an NVIDIA GPU and no network (``scripts/device_check.sh run`` drives it). Both arms are SGLang
+trees (a folder holding ``sglang/``, or a wheel to unzip): the stock 0.5.23 wheel and the wheel ``overlay apply
+sglang`` builds. Every probe (scripts/device/plan.py, keyed by patch-name prefix and scenario, never by line numbers)
+builds its region from each configuration's own modules: ``stock`` (stock arm), ``flag_off`` (patched arm, the patch's
+flag unset: the patch's own off path) and ``patched`` (patched arm, flag on); the same inputs go through all three
+and the outputs are compared. Per configuration: a counted pass (``cuda_census``: the GPU instrument, or on
+``--dry-run`` the CPU census), a capture pass where the probe measures ``capturable``, then one timed pass with the
+configurations interleaved (ABBA, module sets swapped in between calls, never counted and timed at once).
 
-    {"patch": "0005", "name": ..., "status": "ok" | "skipped" | "failed", "reason": ...,
-     "equal": bool | null, "max_err": float | null, "stock_us": float, "patched_us": float, "ratio": stock/patched,
-     "graph_replay_equal": bool | null, ...}
+Output (``--out``, written atomically)::
 
-Times are medians of CUDA-event timings over ``--iters`` runs after warm-up (host wall time for host-side
-patches). Patches whose effect needs several GPUs (0009, 0014, 0015) are reported as skipped on one GPU.
+    {"version": 2, "engine": "sglang", "dry_run": bool, "machine": {...}, "budget": {...},
+     "measurements": [{"key", "scenario", "patch", "metrics", "region", "status": "ok"|"skipped"|"failed",
+                       "reason", "configs": {"stock"|"flag_off"|"patched": {"report": census report | null,
+                       "capture": {...} | null, "error": str | null}}, "equal": {...}, "time": {...}}]}
 
-``--dry-run`` runs every benchmark on the CPU with tiny shapes (Triton kernels through ``TRITON_INTERPRET=1``) so
-the harness logic, the imports and the JSON are exercised without a GPU; its timings mean nothing.
+``scripts/device_check.py`` turns it into census records (patch, metric, scenario, flag, stock, patched, declared,
+holds, sites) with the series' trailers. The region, not the whole engine, is what runs: SGLang's GPU engine needs
+the sgl_kernel and flashinfer CUDA wheels, which cannot travel (over the 64 MiB carry limit), so a region whose stock
+side is an sgl_kernel op reports that side as not measured, and probes inside the engine's runners are planned as
+pending (plan.py).
 
-Usage::
-
-    python3 scripts/device/sglang_check.py --stock build/cache/sglang/sglang-0.5.23-...whl \\
-        --patched build/wheels/sglang/sglang-0.5.23+ovl.N.gHASH-...whl --out $OUT/sglang_check.json
-    python3 scripts/device/sglang_check.py --stock DIR --patched DIR --dry-run --out /tmp/check.json
+``--dry-run`` runs every probe on the CPU (SGLang's CPU engine path, Triton through ``TRITON_INTERPRET=1``, the CPU
+census as instrument) so the scenario list, budget, JSON and report code run without a GPU; its numbers mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,12 +44,22 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-SCHEMA_VERSION = 1
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "src" / "overlay" / "engines" / "workers"))
+
+import cuda_census
+import plan
+
+SCHEMA_VERSION = 2
+CONFIGS = ("stock", "flag_off", "patched")
 
 
-# --- arms ---------------------------------------------------------------------------------------------------------
+# --- arms -----------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -62,36 +77,70 @@ def unpack(source: Path, into: Path) -> Path:
     if not zipfile.is_zipfile(source):
         raise SystemExit(f"error: {source} is neither a folder nor a wheel; pass the stock or the patched wheel")
     with zipfile.ZipFile(source) as wheel:
-        members = [m for m in wheel.namelist() if m.startswith("sglang/")]
-        wheel.extractall(into, members)
+        wheel.extractall(into, [m for m in wheel.namelist() if m.startswith("sglang/")])
     return into
 
 
+def _sglang_modules() -> dict[str, Any]:
+    return {n: m for n, m in sys.modules.items() if n == "sglang" or n.startswith("sglang.")}
+
+
+def _purge() -> None:
+    for name in list(_sglang_modules()):
+        del sys.modules[name]
+
+
 @contextlib.contextmanager
-def arm_imports(arm: Arm, env: dict[str, str]) -> Iterator[Callable[[str], Any]]:
-    """Import from ``arm`` only: its root first on sys.path, every ``sglang`` module purged before and after."""
-
-    def purge() -> None:
-        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-            del sys.modules[name]
-
-    purge()
-    saved_env = {k: os.environ.get(k) for k in env}
+def environ(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    sys.path.insert(0, str(arm.root))
     try:
-        yield importlib.import_module
+        yield
     finally:
-        sys.path.remove(str(arm.root))
-        for k, v in saved_env.items():
+        for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        purge()
 
 
-# --- timing -------------------------------------------------------------------------------------------------------
+@dataclass
+class Loaded:
+    """One configuration's modules (kept to swap them back in for the timed pass) and environment."""
+
+    arm: Arm
+    env: dict[str, str]
+    modules: dict[str, Any] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        saved = _sglang_modules()
+        _purge()
+        sys.modules.update(self.modules)
+        sys.path.insert(0, str(self.arm.root))
+        try:
+            with environ(self.env):
+                yield
+        finally:
+            sys.path.remove(str(self.arm.root))
+            self.modules.update(_sglang_modules())
+            _purge()
+            sys.modules.update(saved)
+
+
+# --- probes ---------------------------------------------------------------------------------------------------------
+
+
+class Skip(Exception):
+    """This configuration cannot run the region (the reason becomes the configuration's error)."""
+
+
+@dataclass
+class Region:
+    step: Callable[[], Any]  # one step of the scenario (counted, timed)
+    capture: Callable[[], Any] | None = None  # the part meant for a CUDA graph, when the probe measures capturable
+    outputs: Callable[[Any], Any] | None = None  # comparable outputs of one step's result
+    note: str | None = None
 
 
 @dataclass
@@ -99,358 +148,216 @@ class Ctx:
     torch: Any
     device: str
     dry_run: bool
-    iters: int
+    inst: Any = None
 
     @property
     def cuda(self) -> bool:
         return self.device == "cuda"
 
-    def time_us(self, fn: Callable[[], Any]) -> float:
-        """Median microseconds of ``fn`` (CUDA events on a GPU, perf_counter on the CPU)."""
-        torch = self.torch
-        for _ in range(3 if self.dry_run else 10):
-            fn()
-        samples = []
-        for _ in range(self.iters):
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) * 1000.0)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - t0) * 1e6)
-        return statistics.median(samples)
 
-    def host_us(self, fn: Callable[[], Any]) -> float:
-        """Median host microseconds of ``fn`` (what a CPU-side patch saves), device synchronized outside."""
-        for _ in range(3):
-            fn()
-        samples = []
-        for _ in range(self.iters):
-            if self.cuda:
-                self.torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
-        if self.cuda:
-            self.torch.cuda.synchronize()
-        return statistics.median(samples)
-
-    def graph_replay_equal(self, fn: Callable[[], Any], inputs_update: Callable[[], None]) -> bool | None:
-        """Capture ``fn`` in a CUDA graph, change the inputs in place, replay, compare with an eager run."""
-        if not self.cuda:
-            return None
-        torch = self.torch
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = fn()
-        inputs_update()
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = fn()
-        return all(bool(torch.equal(a, b)) for a, b in zip(_flat(captured), _flat(eager)))
+Builder = Callable[[Ctx, Callable[[str], Any], str], Region]
+PROBES: dict[str, Builder] = {}
 
 
-def _flat(x: Any) -> list[Any]:
-    if isinstance(x, (list, tuple)):
-        return [t for item in x for t in _flat(item)]
-    return [x]
-
-
-# --- benchmarks -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    patch: str
-    name: str
-    status: str = "ok"
-    reason: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"patch": self.patch, "name": self.name, "status": self.status}
-        if self.reason:
-            out["reason"] = self.reason
-        out.update(self.data)
-        stock, patched = out.get("stock_us"), out.get("patched_us")
-        if isinstance(stock, (int, float)) and isinstance(patched, (int, float)) and patched > 0:
-            out["ratio"] = round(stock / patched, 4)
-        return out
-
-
-BENCHES: list[tuple[str, str, Callable[..., dict[str, Any]]]] = []
-
-
-def bench(patch: str, name: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
-    def register(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        BENCHES.append((patch, name, fn))
+def probe(key: str) -> Callable[[Builder], Builder]:
+    def register(fn: Builder) -> Builder:
+        PROBES[key] = fn
         return fn
 
     return register
 
 
-class Skip(Exception):
-    pass
+def _set(module: Any, **values: Any) -> None:
+    for name, value in values.items():
+        if hasattr(module, name):
+            setattr(module, name, value)
 
 
-@bench("0002", "pinned decode-lens staging (host us per step)")
-def b_pinned(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("prepare-for-decode")
+def p_prepare_for_decode(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
-    cur = list(range(100, 100 + 1))
-    nxt = [c + 4 for c in cur]
-    with arm_imports(patched, {}) as imp:
-        staging = imp("sglang.srt.speculative.eagle_utils").HostLensStaging()
+    eu = imp("sglang.srt.speculative.eagle_utils")
+    allocated: list[dict[str, Any]] = []
+    # stood in: the KV allocator the function ends with (alloc_for_spec_decode) and the spec config's reserve
+    _set(eu, alloc_for_spec_decode=lambda *a, **k: allocated.append(k), get_alloc_reserve_per_decode=lambda: 8)
+    reqs = [SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=300 + 7 * i, kv_committed_len=296 + 7 * i),
+                            decode_batch_idx=0) for i in range(4)]
+    batch = SimpleNamespace(
+        maybe_evict_swa=lambda: None, cumulate_penalty_output_tokens=lambda: None,
+        sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
+        token_to_kv_pool_allocator=SimpleNamespace(page_size=1), reqs=reqs,
+        seq_lens_cpu=torch.tensor([296 + 7 * i for i in range(4)]), device=ctx.device, tree_cache=None,
+        req_to_token_pool=None, req_pool_indices=None)
 
-        def new() -> Any:
-            a = torch.tensor(cur, dtype=torch.int32)
-            b = torch.tensor(nxt, dtype=torch.int32)
-            return staging.stage(a, b, ctx.device)
+    def step() -> Any:
+        eu.eagle_prepare_for_decode(batch)
+        return allocated[-1]["cur_kv_lens"], allocated[-1]["nxt_kv_lens"]
 
-        patched_us = ctx.host_us(new)
-        got = [t.cpu().tolist() for t in new()]
-
-    def old() -> Any:
-        a = torch.tensor(cur, dtype=torch.int32).to(device=ctx.device, non_blocking=True)
-        b = torch.tensor(nxt, dtype=torch.int32).to(device=ctx.device, non_blocking=True)
-        return a, b
-
-    stock_us = ctx.host_us(old)
-    return {"stock_us": stock_us, "patched_us": patched_us, "equal": got == [cur, nxt]}
+    return Region(step, outputs=lambda r: [t.cpu().tolist() for t in r],
+                  note="real eagle_prepare_for_decode; alloc_for_spec_decode and the reserve stood in")
 
 
-def _chain(torch: Any, bs: int, n: int, device: str) -> tuple[Any, Any, Any, Any, Any]:
+def _chain(torch: Any, bs: int, n: int, vocab: int, device: str) -> tuple[Any, ...]:
     g = torch.Generator().manual_seed(0)
-    target = torch.randint(0, 1000, (bs, n), generator=g)
-    cand = torch.randint(0, 1000, (bs, n), generator=g)
+    logits = torch.randn(bs * n, vocab, generator=g)
+    target = logits.argmax(-1).view(bs, n)
+    cand = torch.randint(0, vocab, (bs, n), generator=g)
     for b in range(bs):
         keep = int(torch.randint(0, n, (1,), generator=g))
-        cand[b, 1 : keep + 1] = target[b, :keep]
+        cand[b, 1:keep + 1] = target[b, :keep]
     node = torch.arange(n)
-    ridx = torch.arange(bs).unsqueeze(1) * n + node
+    ridx = (torch.arange(bs).unsqueeze(1) * n + node).contiguous()
     nxt = torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous()
     sib = torch.full((bs, n), -1, dtype=torch.long)
-    return tuple(t.to(device) for t in (cand, target, ridx, nxt, sib))  # type: ignore[return-value]
+    return tuple(t.to(device) for t in (logits, cand, ridx, nxt, sib))
 
 
-@bench("0005", "greedy chain verify (tensor ops vs tree-walk kernel)")
-def b_chain_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("chain-greedy-verify")
+def p_chain_greedy_verify(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
     bs, n = 1, 4
-    cand, target, ridx, nxt, sib = _chain(torch, bs, n, ctx.device)
-
-    def run_stock(imp: Callable[[str], Any]) -> Any:
-        st = imp("sglang.kernels.ops.speculative.spec_tree")
-        predict = torch.zeros(bs * n, dtype=torch.int32, device=ctx.device)
-        acc = torch.full((bs, n), -1, dtype=torch.int32, device=ctx.device)
-        num = torch.empty(bs, dtype=torch.int32, device=ctx.device)
-        fn = st.verify_tree_greedy_func if ctx.cuda else st.verify_tree_greedy_triton
-        fn(predict, acc, num, cand, ridx, nxt, sib, target)
-        return predict, acc, num
-
-    with arm_imports(stock, {}) as imp:
-        ref = run_stock(imp)
-        stock_us = ctx.time_us(lambda: run_stock(imp))
-    with arm_imports(patched, {}) as imp:
-        fn = imp("sglang.srt.speculative.eagle_utils").verify_chain_greedy
-        got = fn(cand, target, ridx, n)
-        patched_us = ctx.time_us(lambda: fn(cand, target, ridx, n))
-
-        def update() -> None:
-            target.copy_(torch.roll(target, 1, dims=1))
-
-        replay = ctx.graph_replay_equal(lambda: fn(cand, target, ridx, n), update)
-    equal = all(bool(torch.equal(a.cpu(), b.cpu())) for a, b in zip(ref, got))
-    return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal, "graph_replay_equal": replay}
-
-
-@bench("0019", "greedy verify tail in the verify graph (argmax + chain accept)")
-def b_graph_verify(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
-    torch = ctx.torch
-    n, bs = 4, 1
     vocab = 512 if ctx.dry_run else 151552
-    logits = torch.randn(bs * n, vocab, device=ctx.device)
-    input_ids = torch.randint(0, vocab, (bs * n,), device=ctx.device)
-    node = torch.arange(n, device=ctx.device)
-    ridx = torch.arange(bs, device=ctx.device).unsqueeze(1) * n + node
-    nxt = torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous()
-    sib = torch.full((bs, n), -1, dtype=torch.long, device=ctx.device)
+    logits, cand, ridx, nxt, sib = _chain(torch, bs, n, vocab, ctx.device)
+    eu = imp("sglang.srt.speculative.eagle_utils")
+    chain = config == "patched" and hasattr(eu, "verify_chain_greedy")
 
-    def eager_tail(imp: Callable[[str], Any]) -> Any:
-        st = imp("sglang.kernels.ops.speculative.spec_tree")
-        target = torch.argmax(logits, -1).view(bs, n)
+    def step() -> Any:  # eagle_sample's greedy branch: argmax, then the chain or the tree-walk verify
+        target = torch.argmax(logits, dim=-1).reshape(bs, n)
+        if chain:
+            return eu.verify_chain_greedy(cand, target, ridx.reshape(bs, -1), n)
         predict = torch.zeros(bs * n, dtype=torch.int32, device=ctx.device)
-        acc = torch.full((bs, n), -1, dtype=torch.int32, device=ctx.device)
-        num = torch.empty(bs, dtype=torch.int32, device=ctx.device)
-        fn = st.verify_tree_greedy_func if ctx.cuda else st.verify_tree_greedy_triton
-        fn(predict, acc, num, input_ids.view(bs, n), ridx, nxt, sib, target)
-        return predict, acc, num
+        accept = torch.full((bs, n), -1, dtype=torch.int32, device=ctx.device)
+        num = torch.empty((bs,), dtype=torch.int32, device=ctx.device)
+        return eu.verify_tree_greedy_func(predicts=predict, accept_index=accept, accept_token_num=num,
+                                          candidates=cand, retrieve_index=ridx, retrieve_next_token=nxt,
+                                          retrieve_next_sibling=sib, target_predict=target, topk=1)
 
-    with arm_imports(stock, {}) as imp:
-        ref = [t.cpu() for t in eager_tail(imp)]
-        stock_us = ctx.time_us(lambda: eager_tail(imp))
-    with arm_imports(patched, {}) as imp:
-        epi = imp("sglang.srt.speculative.eagle_utils").ChainGreedyVerifyEpilogue(n, bs, ctx.device)
-
-        def tail() -> Any:
-            epi.compute(logits, input_ids, bs, n)
-            return epi.buffers(n)[:3]
-
-        tail()
-        got = [t.cpu() for t in epi.outputs(bs, n)]
-        replay = ctx.graph_replay_equal(tail, lambda: logits.normal_())
-        if ctx.cuda:  # the step's cost once captured: a graph replay of the tail
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                tail()
-            patched_us = ctx.time_us(graph.replay)
-        else:
-            patched_us = ctx.time_us(tail)
-    equal = all(bool(torch.equal(a, b)) for a, b in zip(ref, got))
-    return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal, "graph_replay_equal": replay,
-            "note": "stock: eager argmax + tree-walk kernel; patched: the same work replayed inside a graph"}
+    return Region(step, capture=step, outputs=lambda r: [t.cpu().tolist() for t in r])
 
 
-@bench("0006", "topk==1 chain tree (closed form vs tree kernel)")
-def b_chain_tree(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("chain-tree")
+def p_chain_tree(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
     bs, steps = 1, 3
     n = steps + 1
     dev = ctx.device
+    eu = imp("sglang.srt.speculative.eagle_utils")
     seq = torch.tensor([1000] * bs, device=dev)
     parent = torch.tensor([-1] + list(range(steps - 1)), device=dev).expand(bs, -1).contiguous()
     sel = torch.arange(steps, device=dev).expand(bs, steps).contiguous()
     bonus = torch.zeros(bs, dtype=torch.long, device=dev)
     drafts = torch.ones(bs, steps, dtype=torch.long, device=dev)
-    args = (bonus, parent, sel, drafts, seq, int(seq.sum()), 1, steps, n)
-    flag = {"SGLANG_OPT_CHAIN_TREE": "1"}
-    results = {}
-    for arm, env in ((stock, {}), (patched, flag)):
-        with arm_imports(arm, env) as imp:
-            eu = imp("sglang.srt.speculative.eagle_utils")
-            mode = eu.TreeMaskMode.FULL_MASK
-            if not ctx.cuda:  # the CPU build uses the test backend; run upstream's Triton kernel instead
-                st = imp("sglang.kernels.ops.speculative.spec_tree")
+    seq_sum = 1000 * bs  # the engine passes the host-side sum it already has
 
-                def build() -> Any:
-                    mask = torch.full((int(seq.sum()) * n + n * n * bs,), True)
-                    r = torch.full((3, bs, n), -1, dtype=torch.long)
-                    pos = torch.empty(bs * n, dtype=torch.long)
-                    if arm is patched:  # noqa: B023
-                        eu.build_chain_tree(seq, mask, pos, r[0], r[1], r[2], n, mode)  # noqa: B023
-                    else:
-                        st.sgl_build_tree_kernel_triton(parent, sel, seq, mask, pos, r[0], r[1], r[2], 1, steps,  # noqa: B023
-                                                        n, mode)  # noqa: B023
-                    return mask, pos, r
-            else:
+    def step() -> Any:
+        return eu.build_tree_kernel_efficient(bonus, parent, sel, drafts, seq, seq_sum, 1, steps, n,
+                                              tree_mask_mode=eu.TreeMaskMode.FULL_MASK)
 
-                def build() -> Any:
-                    return eu.build_tree_kernel_efficient(*args, tree_mask_mode=mode)  # noqa: B023
-
-            results[arm.name] = ([t.cpu() for t in _flat(build())], ctx.time_us(build))
-    equal = all(bool(torch.equal(a, b)) for a, b in zip(results["stock"][0], results["patched"][0]))
-    return {"stock_us": results["stock"][1], "patched_us": results["patched"][1], "equal": equal}
+    return Region(step, capture=step,
+                  outputs=lambda r: [t.cpu().tolist() for t in r if isinstance(t, torch.Tensor)])
 
 
-@bench("0004", "topk==1 draft selection in-graph vs eager")
-def b_topk1(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
-    torch = ctx.torch
-    vocab = 512 if ctx.dry_run else 151552
-    logits = torch.randn(1, vocab, device=ctx.device)
-
-    def eager() -> Any:
-        index = torch.argmax(logits, dim=-1, keepdim=True)
-        return torch.ones_like(index, dtype=torch.float32), index
-
-    stock_us = ctx.time_us(eager)
-    with arm_imports(patched, {}) as imp:
-        fn = imp("sglang.srt.speculative.eagle_utils").draft_topk1_select
-        equal = all(bool(torch.equal(a, b)) for a, b in zip(fn(logits), eager()))
-        replay = ctx.graph_replay_equal(lambda: fn(logits), lambda: logits.normal_())
-        patched_us = ctx.time_us(lambda: fn(logits))
-    return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal, "graph_replay_equal": replay,
-            "note": "the saving is the eager launch after replay; in-graph cost is part of the replay"}
-
-
-@bench("0007", "temperature folded into softmax")
-def b_softmax(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("temperature-softmax")
+def p_temperature_softmax(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
     vocab = 4096 if ctx.dry_run else 151552
-    rows = 4
-    logits = torch.randn(rows, vocab, device=ctx.device) * 4
-    temps = torch.full((rows, 1), 0.7, device=ctx.device)
-    with arm_imports(stock, {}) as imp:
-        sm = imp("sglang.kernels.ops.sampling").softmax
+    sampler = imp("sglang.srt.layers.sampler")
+    softmax = sampler.sampler_softmax
+    g = torch.Generator().manual_seed(3)
+    base = (torch.randn(4, vocab, generator=g) * 4).to(ctx.device)
+    temps = torch.full((4, 1), 0.7, device=ctx.device)
+    fused = config == "patched"
+    logits = base.clone()
 
-        def old() -> Any:
-            x = logits.clone()
-            x.div_(temps)
-            return sm(x)
+    def step() -> Any:  # Sampler.forward's standard path: div_ by the temperatures, or the fused softmax
+        logits.copy_(base)
+        if fused:
+            logits[:] = softmax(logits, temperatures=temps)
+        else:
+            logits.div_(temps)
+            logits[:] = softmax(logits)
+        return logits
 
-        ref = old()
-        stock_us = ctx.time_us(old)
-    with arm_imports(patched, {"SGLANG_OPT_FUSED_TEMPERATURE_SOFTMAX": "1"}) as imp:
-        sm = imp("sglang.kernels.ops.sampling").softmax
-
-        def new() -> Any:
-            return sm(logits.clone(), temperatures=temps)
-
-        got = new()
-        patched_us = ctx.time_us(new)
-    err = float(((got - ref).abs() / ref.clamp_min(1e-30)).max())
-    return {"stock_us": stock_us, "patched_us": patched_us, "max_err": err, "equal": bool(torch.equal(got, ref))}
+    return Region(step, outputs=lambda r: r.float().cpu(),
+                  note="the standard path of Sampler.forward (div_ + softmax vs the fused softmax), 4 x vocab rows")
 
 
-@bench("0008", "verify sampling params: repeat_interleave x3 vs cache hit (host us)")
-def b_params(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("verify-sampling-params")
+def p_verify_sampling_params(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
+    eu = imp("sglang.srt.speculative.eagle_utils")
+    if not hasattr(eu, "expand_verify_sampling_params"):
+        raise Skip("this arm has no expand_verify_sampling_params (its repeat_interleaves are inline in "
+                   "eagle_sample, which needs the GPU engine)")
+    sbi = imp("sglang.srt.sampling.sampling_batch_info").SamplingBatchInfo
+    info = sbi.__new__(sbi)
+    for f in dataclasses.fields(sbi):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        object.__setattr__(info, f.name, default)
+    info.temperatures = torch.full((2, 1), 0.7, device=ctx.device)
+    info.top_ks = torch.full((2,), 20, dtype=torch.int32, device=ctx.device)
+    info.top_ps = torch.full((2,), 0.9, device=ctx.device)
+    info.need_top_k_sampling = True
+    info.need_top_p_sampling = True
+    inst = ctx.inst
 
-    class Info:
-        temperatures = torch.full((1, 1), 0.7, device=ctx.device)
-        top_ks = torch.full((1,), 20, dtype=torch.int32, device=ctx.device)
-        top_ps = torch.full((1,), 0.9, device=ctx.device)
-        need_top_k_sampling = True
-        need_top_p_sampling = True
+    def step() -> Any:
+        # the engine's pattern: each verify gets a fresh dataclasses.replace copy of the batch's sampling info
+        fresh = dataclasses.replace(info)
+        cached = getattr(fresh, "_verify_params_cache", None)
+        out = eu.expand_verify_sampling_params(fresh, 4)
+        if cached is not None and out is cached[1] and inst is not None:
+            inst.count("cache-hits", kind="expand_verify_sampling_params")
+        return out
 
-    info = Info()
-
-    def old() -> Any:
-        return [torch.repeat_interleave(t, 4, dim=0) for t in (info.temperatures, info.top_ks, info.top_ps)]
-
-    stock_us = ctx.host_us(old)
-    with arm_imports(patched, {"SGLANG_OPT_CACHE_VERIFY_SAMPLING_PARAMS": "1"}) as imp:
-        fn = imp("sglang.srt.speculative.eagle_utils").expand_verify_sampling_params
-        equal = all(bool(torch.equal(a, b)) for a, b in zip(fn(info, 4), old()))
-        patched_us = ctx.host_us(lambda: fn(info, 4))
-    return {"stock_us": stock_us, "patched_us": patched_us, "equal": equal}
+    return Region(step, outputs=lambda r: [t.cpu().tolist() for t in r if t is not None],
+                  note="a fresh dataclasses.replace copy of SamplingBatchInfo per verify")
 
 
-@bench("0010", "sampling after top-k/top-p: multinomial vs exponential race")
-def b_gumbel(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("topk-topp-sample")
+def p_topk_topp_sample(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
     vocab = 4096 if ctx.dry_run else 151552
-    probs = torch.softmax(torch.randn(1, vocab, device=ctx.device), -1)
-    ks = torch.full((1,), 50, dtype=torch.int32, device=ctx.device)
-    ps = torch.full((1,), 0.9, device=ctx.device)
-    mins = torch.zeros(1, device=ctx.device)
-    pos = torch.zeros(1, dtype=torch.long, device=ctx.device)
-    out = {}
-    for arm, flag in ((stock, "0"), (patched, "1")):
-        with arm_imports(arm, {"SGLANG_OPT_GUMBEL_TOPK_TOPP_SAMPLE": flag}) as imp:
-            fn = imp("sglang.srt.layers.sampler").top_k_top_p_min_p_sampling_from_probs_torch
-            out[arm.name] = ctx.host_us(lambda: fn(probs.clone(), ks, ps, mins, False, None, pos))  # noqa: B023
-    return {"stock_us": out["stock"], "patched_us": out["patched"],
-            "note": "host time per call incl. launch; multinomial's bookkeeping is the host cost removed"}
+    fn = imp("sglang.srt.layers.sampler").top_k_top_p_min_p_sampling_from_probs_torch
+    g = torch.Generator().manual_seed(5)
+    probs = torch.softmax(torch.randn(2, vocab, generator=g), -1).to(ctx.device)
+    ks = torch.full((2,), 50, dtype=torch.int32, device=ctx.device)
+    ps = torch.full((2,), 0.9, device=ctx.device)
+    mins = torch.zeros(2, device=ctx.device)
+    pos = torch.zeros(2, dtype=torch.long, device=ctx.device)
+
+    def step() -> Any:
+        return fn(probs.clone(), ks, ps, mins, False, None, pos)
+
+    return Region(step, note="sampled tokens differ by design (multinomial vs Gumbel race): outputs not compared")
+
+
+@probe("fp8-lm-head")
+def p_fp8_lm_head(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
+    torch = ctx.torch
+    lp = imp("sglang.srt.layers.logits_processor")
+    compute = getattr(lp.LogitsProcessor, "_compute_lm_head", None)
+    if compute is None:
+        raise Skip("this arm's LogitsProcessor has no _compute_lm_head")
+    vocab, hidden = (512, 64) if ctx.dry_run else (151552, 6144)
+    dtype = torch.float32 if ctx.dry_run else torch.bfloat16
+    g = torch.Generator().manual_seed(7)
+    head = torch.nn.Module()
+    head.weight = torch.nn.Parameter((torch.randn(vocab, hidden, generator=g) * 0.02).to(dtype).to(ctx.device),
+                                     requires_grad=False)
+    me = SimpleNamespace(use_fp32_lm_head=False, use_fp32_lm_head_output=False, rl_on_policy_target=None)
+    if hasattr(lp.LogitsProcessor, "fp8_lm_head_applies"):
+        me.fp8_lm_head_applies = lambda m: lp.LogitsProcessor.fp8_lm_head_applies(me, m)
+    if config == "patched":  # what ModelRunner.initialize does at load with the flag
+        imp("sglang.srt.layers.quantization.fp8_lm_head").prepare_fp8_lm_head(head)
+    h = (torch.randn(4, hidden, generator=g) * 0.5).to(dtype).to(ctx.device)
+
+    def step() -> Any:
+        return compute(me, h, head)
+
+    return Region(step, outputs=lambda r: r.float().argmax(-1).cpu().tolist(),
+                  note="LogitsProcessor._compute_lm_head, 4 rows; outputs compared as top-1 ids")
 
 
 def _block_fp8(torch: Any, n: int, k: int, device: str) -> tuple[Any, Any]:
@@ -461,139 +368,246 @@ def _block_fp8(torch: Any, n: int, k: int, device: str) -> tuple[Any, Any]:
     return wq.to(device), ws.to(device)
 
 
-@bench("0013", "split-K small-M block-FP8 GEMM with fused activation quant")
-def b_splitk(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+@probe("splitk-fp8-gemm")
+def p_splitk(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
-    shapes = [(256, 512)] if ctx.dry_run else [(2112, 7168), (7168, 2048), (4096, 7168), (24576, 1536)]
-    rows = [1, 3] if ctx.dry_run else [1, 4, 8, 16]
-    table = []
-    for n, k in shapes:
-        wq, ws = _block_fp8(torch, n, k, ctx.device)
-        for m in rows:
-            x = torch.randn(m, k, device=ctx.device).to(torch.bfloat16)
-            entry: dict[str, Any] = {"m": m, "n": n, "k": k}
-            with arm_imports(stock, {}) as imp:
-                fu = imp("sglang.srt.layers.quantization.fp8_utils")
-                if ctx.cuda:
-                    ref = fu.triton_w8a8_block_fp8_linear(x, wq, [128, 128], ws)
-                    entry["stock_us"] = ctx.time_us(lambda: fu.triton_w8a8_block_fp8_linear(x, wq, [128, 128], ws))  # noqa: B023
-                else:
-                    ref = None  # the stock Triton GEMM needs a GPU config; the torch reference stands in
-            with arm_imports(patched, {}) as imp:
-                sk = imp("sglang.kernels.ops.gemm.splitk_fp8")
-                kernel = sk.splitk_w8a8_block_fp8_linear if ctx.cuda else sk.splitk_w8a8_block_fp8_linear_torch
-                got = kernel(x, wq, [128, 128], ws)
-                entry["patched_us"] = ctx.time_us(lambda: kernel(x, wq, [128, 128], ws))  # noqa: B023
-                torch_ref = sk.splitk_w8a8_block_fp8_linear_torch(x.cpu(), wq.cpu(), [128, 128], ws.cpu())
-            base = ref.float().cpu() if ref is not None else torch_ref.float()
-            entry["max_abs_err"] = float((got.float().cpu() - base).abs().max())
-            entry["ref_max_abs"] = float(base.abs().max())
-            if "stock_us" in entry:
-                entry["ratio"] = round(entry["stock_us"] / entry["patched_us"], 4)
-            table.append(entry)
-    return {"cases": table}
+    fu = imp("sglang.srt.layers.quantization.fp8_utils")
+    n, k = (256, 512) if ctx.dry_run else (2112, 7168)
+    wq, ws = _block_fp8(torch, n, k, ctx.device)
+    x = torch.randn(4, k, device=ctx.device).to(torch.bfloat16)
+    note = "fp8_utils.dispatch_w8a8_block_fp8_linear([128, 128]) chooses, 4 rows, N 2112 K 7168"
+    try:
+        linear = fu.dispatch_w8a8_block_fp8_linear([128, 128])
+    except Exception as exc:
+        linear = fu.triton_w8a8_block_fp8_linear
+        note += f"; dispatch failed ({type(exc).__name__}: {str(exc)[:120]}), triton_w8a8_block_fp8_linear used"
+    if ctx.dry_run and config == "patched":
+        sk = imp("sglang.kernels.ops.gemm.splitk_fp8")
+        linear = sk.splitk_w8a8_block_fp8_linear_torch  # the Triton kernel needs a GPU; its torch reference
+    elif ctx.dry_run:
+        raise Skip("dry run: the stock Triton block-FP8 GEMM needs a GPU config")
+    name = getattr(linear, "__name__", getattr(getattr(linear, "func", None), "__name__", repr(linear)))
+
+    def step() -> Any:
+        return linear(x, wq, [128, 128], ws)
+
+    return Region(step, outputs=lambda r: r.float().cpu(), note=f"{note}; linear: {name}")
 
 
-@bench("0012", "FP8 lm_head vs BF16 lm_head")
-def b_lm_head(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
+# --- the harness ----------------------------------------------------------------------------------------------------
+
+
+def _equal(torch: Any, a: Any, b: Any) -> bool | float:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape:
+            return False
+        if a.dtype.is_floating_point:
+            err = float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+            return True if err == 0.0 else err
+        return bool(torch.equal(a, b))
+    return bool(a == b)
+
+
+def _strip_sites(report: dict[str, Any] | None, capture: dict[str, Any] | None, root: Path) -> None:
+    """Sites relative to the arm's tree (``sglang/...``), as they read in the wheel."""
+    prefix = str(root) + os.sep
+
+    def fix(site: str) -> str:
+        return site[len(prefix):] if site.startswith(prefix) else site
+
+    if report:
+        report["sites"] = {m: [[fix(s), n] for s, n in rows] for m, rows in (report.get("sites") or {}).items()}
+    if capture and capture.get("site"):
+        capture["site"] = fix(capture["site"])
+        if capture.get("error"):
+            capture["error"] = capture["error"].replace(prefix, "")
+
+
+def run_probe(ctx: Ctx, key: str, entries: list[dict[str, Any]], arms: dict[str, Arm], *, steps: int, warmup: int,
+              rounds: int, modules: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Count, capture and time one probe in the three configurations (``modules``: each arm's imported modules,
+    shared by its configurations and by every probe, so each arm is imported once)."""
     torch = ctx.torch
-    vocab, hidden = (512, 64) if ctx.dry_run else (151552, 6144)
-    dtype = torch.float32 if ctx.dry_run else torch.bfloat16
-    weight = (torch.randn(vocab, hidden, device=ctx.device) * 0.02).to(dtype)
-    table = []
-    with arm_imports(patched, {}) as imp:
-        f = imp("sglang.srt.layers.quantization.fp8_lm_head")
-        head = torch.nn.Module()
-        head.weight = torch.nn.Parameter(weight, requires_grad=False)
-        copy = f.prepare_fp8_lm_head(head)  # what ModelRunner.initialize does at load
-        for m in ([1, 4] if ctx.dry_run else [1, 4, 8]):
-            h = torch.randn(m, hidden, device=ctx.device).to(dtype)
-            ref = torch.matmul(h, weight.T)
-            got = f.fp8_lm_head_logits(h, copy, out_dtype=dtype)
-            table.append({
-                "m": m,
-                "stock_us": ctx.time_us(lambda: torch.matmul(h, weight.T)),  # noqa: B023
-                "patched_us": ctx.time_us(lambda: f.fp8_lm_head_logits(h, copy, out_dtype=dtype)),  # noqa: B023
-                "top1_agreement": float((got.argmax(-1) == ref.argmax(-1)).float().mean()),
-                "scaled_mm": bool(f._use_scaled_mm(h, copy.qweight)),
-            })
-    for entry in table:
-        entry["ratio"] = round(entry["stock_us"] / entry["patched_us"], 4)
-    return {"cases": table}
+    flags = dict(entries[0].get("env") or {})
+    scenario = entries[0]["scenario"]
+    metrics = sorted({m for e in entries for m in e["metrics"]})
+    loaded = {"stock": Loaded(arms["stock"], {}, modules["stock"]),
+              "flag_off": Loaded(arms["patched"], {}, modules["patched"]),
+              "patched": Loaded(arms["patched"], flags, modules["patched"])}
+    out: dict[str, Any] = {"configs": {}, "equal": {}}
+    regions: dict[str, Region] = {}
+    results: dict[str, Any] = {}
+    for name, cfg in loaded.items():
+        row: dict[str, Any] = {"report": None, "capture": None, "error": None}
+        try:
+            with cfg.active():
+                inst = cuda_census.instrument(ctx.dry_run, cpu_is_device=True)
+                ctx.inst = inst
+                region = PROBES[key](ctx, importlib.import_module, name)
+                with inst:
+                    for _ in range(warmup + steps):
+                        with inst.step(scenario):
+                            result = region.step()
+                row["report"] = inst.report(tag=scenario, skip=warmup)
+                if "capturable" in metrics and region.capture is not None:
+                    with inst:
+                        row["capture"] = inst.capturable(region.capture)
+                    row["report"]["metrics"]["capturable"] = row["capture"]["capturable"]
+                regions[name], results[name] = region, result
+                _strip_sites(row["report"], row["capture"], cfg.arm.root)
+                if region.note:
+                    row["note"] = region.note
+        except Skip as skip:
+            row["error"] = str(skip)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+            row["traceback"] = traceback.format_exc()[-2000:]
+        finally:
+            ctx.inst = None
+        out["configs"][name] = row
+    for name in ("stock", "flag_off"):
+        if name in results and "patched" in results and regions["patched"].outputs is not None:
+            try:
+                a, b = regions[name].outputs(results[name]), regions["patched"].outputs(results["patched"])  # type: ignore[misc]
+                pairs = list(zip(a, b)) if isinstance(a, list) else [(a, b)]
+                verdicts = [_equal(torch, x, y) for x, y in pairs]
+                out["equal"][f"{name}_vs_patched"] = all(v is True for v in verdicts) or max(
+                    (v for v in verdicts if not isinstance(v, bool)), default=False)
+            except Exception as exc:
+                out["equal"][f"{name}_vs_patched"] = f"not compared: {type(exc).__name__}: {exc}"
+    if regions:
+        samples: dict[str, list[float]] = {n: [] for n in regions}
+        timer = cuda_census.instrument(ctx.dry_run, cpu_is_device=True)
+        for name in cuda_census.interleave(list(regions), rounds):
+            with loaded[name].active():
+                for _ in range(2 if not samples[name] else 0):
+                    regions[name].step()
+                samples[name].append(timer.time_us(regions[name].step))
+        base = "flag_off" if "flag_off" in samples else "stock"
+        out["time"] = {"samples": {n: len(s) for n, s in samples.items()}}
+        if "patched" in samples:
+            out["time"]["flag_off_vs_patched"] = cuda_census.ratio_interval(samples.get(base, []), samples["patched"])
+            if "stock" in samples:
+                out["time"]["stock_vs_patched"] = cuda_census.ratio_interval(samples["stock"], samples["patched"])
+    return out
 
 
-@bench("0009", "packed verify broadcast (needs >= 2 GPUs)")
-def b_broadcast(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
-    if not ctx.cuda or ctx.torch.cuda.device_count() < 2:
-        raise Skip("one GPU: the saving is one NCCL round instead of three; checked for equality on CPU (gloo)")
-    raise Skip("multi-GPU run not prepared in this script version")
+class ProbeTimeout(BaseException):
+    """A probe ran past its time limit (BaseException: the probes' own `except Exception` must not swallow it)."""
 
 
-@bench("0014", "AR + residual + RMSNorm + group FP8 quant (needs >= 2 SM100 GPUs)")
-def b_ar_quant(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
-    raise Skip("needs >= 2 SM100 GPUs with FlashInfer's TRT-LLM all-reduce workspace")
+@contextlib.contextmanager
+def _alarm(seconds: int) -> Iterator[None]:
+    import signal
+
+    def fire(signum: int, frame: Any) -> None:
+        raise ProbeTimeout()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
-@bench("0015", "CuteDSL AR fusion on the NextN layer (needs an MNNVL Blackwell node)")
-def b_nextn(ctx: Ctx, stock: Arm, patched: Arm) -> dict[str, Any]:
-    raise Skip("needs several Blackwell GPUs with MNNVL and a GLM-5/DeepSeek MTP checkpoint")
-
-
-# --- driver -------------------------------------------------------------------------------------------------------
-
-
-def run(*, stock: Arm, patched: Arm, dry_run: bool, iters: int, only: set[str] | None) -> dict[str, Any]:
+def run(*, stock: Arm, patched: Arm, dry_run: bool, plan_doc: dict[str, Any], budget_s: float, steps: int,
+        rounds: int) -> dict[str, Any]:
     import torch
 
     device = "cuda" if (torch.cuda.is_available() and not dry_run) else "cpu"
     if not dry_run and device != "cuda":
         raise SystemExit("error: no CUDA device visible; run on the GPU machine, or pass --dry-run to test the harness")
-    ctx = Ctx(torch=torch, device=device, dry_run=dry_run, iters=iters)
-    results = []
-    for patch, name, fn in BENCHES:
-        if only and patch not in only:
-            continue
-        result = Result(patch=patch, name=name)
-        try:
-            result.data = fn(ctx, stock, patched)
-        except Skip as skip:
-            result.status, result.reason = "skipped", str(skip)
-        except Exception as exc:  # one broken benchmark must not hide the others
-            result.status = "failed"
-            result.reason = f"{type(exc).__name__}: {exc}"
-            result.data = {"traceback": traceback.format_exc()[-3000:]}
-        results.append(result.to_json())
-        print(f"sglang_check: {patch} {result.status}: {name}", file=sys.stderr, flush=True)
-    info: dict[str, Any] = {"torch": torch.__version__, "device": device, "dry_run": dry_run, "iters": iters}
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
-    return {"version": SCHEMA_VERSION, "engine": "sglang", "machine": info, "results": results}
+    ctx = Ctx(torch=torch, device=device, dry_run=dry_run)
+    deadline = plan.Deadline(budget_s)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for entry in plan_doc.get("entries", []):
+        if entry["engine"] == "sglang":
+            by_key.setdefault(entry["key"], []).append(entry)
+    measurements = []
+    modules: dict[str, dict[str, Any]] = {"stock": {}, "patched": {}}
+    for planned in plan.budget_plan("sglang", budget_s, keys=set(plan_doc.get("keys") or by_key) or None):
+        key = planned.probe.key
+        entries = [e for e in by_key.get(key) or [] if not e.get("pending")]
+        m: dict[str, Any] = {"key": key, "region": planned.probe.region,
+                             "scenarios": sorted({e["scenario"] for e in entries}) or [planned.probe.scenario],
+                             "patches": sorted({e["patch"] for e in entries}), "status": "ok", "reason": None}
+        if not by_key.get(key):
+            m.update(status="skipped", reason="no patch of the series as it is matches this probe")
+        elif not planned.run or not entries:
+            m.update(status="skipped", reason=planned.reason or "pending: every mechanism of it is pending")
+        elif key not in PROBES:
+            m.update(status="skipped", reason="pending: no implementation in this script version")
+        elif not deadline.allows(planned.probe.seconds):
+            m.update(status="skipped", reason=f"over budget: ~{planned.probe.seconds} s needed, "
+                                              f"{int(deadline.left())} s left")
+        else:
+            t0 = time.monotonic()
+            # a per-probe time limit: three times its estimate (ten on a dry run's shared CPU), never past the budget
+            factor = 10 if dry_run else 3
+            limit = int(max(10, min(deadline.left(), factor * planned.probe.seconds + 20)))
+            try:
+                with _alarm(limit):
+                    for scenario in m["scenarios"]:
+                        group = [e for e in entries if e["scenario"] == scenario]
+                        m.setdefault("by_scenario", {})[scenario] = run_probe(
+                            ctx, key, group, {"stock": stock, "patched": patched}, steps=steps, warmup=1,
+                            rounds=rounds, modules=modules)
+            except ProbeTimeout:
+                m.update(status="failed", reason=f"over its time limit of {limit} s")
+            m["wall_s"] = round(time.monotonic() - t0, 2)
+            if m["status"] == "ok" and all(row["error"] for r in m["by_scenario"].values()
+                                           for row in r["configs"].values()):
+                m["status"] = "failed"
+                m["reason"] = "every configuration failed"
+        measurements.append(m)
+        print(f"sglang_check: {key}: {m['status']}{' (' + m['reason'] + ')' if m['reason'] else ''}",
+              file=sys.stderr, flush=True)
+    inst = cuda_census.instrument(dry_run, cpu_is_device=True)
+    return {"version": SCHEMA_VERSION, "engine": "sglang", "dry_run": dry_run, "machine": inst.machine(),
+            "budget": {"seconds": budget_s, "used": round(deadline.seconds - deadline.left(), 1)},
+            "steps": steps, "rounds": rounds, "measurements": measurements}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stock", type=Path, required=True, help="stock SGLang wheel or unpacked tree")
     parser.add_argument("--patched", type=Path, required=True, help="patched SGLang wheel or unpacked tree")
-    parser.add_argument("--out", type=Path, default=Path("sglang_check.json"), help="JSON report (atomic write)")
-    parser.add_argument("--iters", type=int, default=50, help="timed repetitions per measurement (median)")
-    parser.add_argument("--only", default="", help="comma-separated patch numbers, e.g. 0005,0013")
+    parser.add_argument("--plan", type=Path,
+                        help="the resolved plan (scripts/device_check.py plan sglang > plan.json; default: resolved "
+                             "here from patches/sglang, which needs overlay's own dependencies)")
+    parser.add_argument("--out", type=Path, default=Path("sglang-device.json"), help="JSON report (atomic write)")
+    parser.add_argument("--budget", type=float, default=200.0, help="seconds for this engine's probes")
+    parser.add_argument("--steps", type=int, default=3, help="counted steps per configuration (after one warm-up)")
+    parser.add_argument("--rounds", type=int, default=30, help="timed rounds per configuration (interleaved)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter: harness only")
     args = parser.parse_args(argv)
+    try:
+        if args.plan is None:
+            import records
+
+            plan_doc = records.resolve(REPO, "sglang")
+        else:
+            plan_doc = json.loads(args.plan.read_text())
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"sglang_check: error: cannot read the plan {args.plan}: {exc}; write it with "
+              f"`python3 scripts/device_check.py plan sglang > plan.json`", file=sys.stderr)
+        return 2
     if args.dry_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     with tempfile.TemporaryDirectory(prefix="sglang-check-") as tmp:
         stock = Arm("stock", unpack(args.stock, Path(tmp) / "stock"))
         patched = Arm("patched", unpack(args.patched, Path(tmp) / "patched"))
-        report = run(stock=stock, patched=patched, dry_run=args.dry_run, iters=max(1, args.iters),
-                     only={p.strip() for p in args.only.split(",") if p.strip()} or None)
+        report = run(stock=stock, patched=patched, dry_run=args.dry_run, plan_doc=plan_doc, budget_s=args.budget,
+                     steps=max(1, args.steps), rounds=max(2, args.rounds))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_name(args.out.name + ".tmp")
-    partial.write_text(json.dumps(report, indent=2) + "\n")
+    partial.write_text(json.dumps(report, indent=2, default=str) + "\n")
     os.replace(partial, args.out)
-    failed = [r["patch"] for r in report["results"] if r["status"] == "failed"]
-    print(f"sglang_check: wrote {args.out} ({len(report['results'])} results, failed: {failed or 'none'})",
+    failed = [m["key"] for m in report["measurements"] if m["status"] == "failed"]
+    print(f"sglang_check: wrote {args.out} ({len(report['measurements'])} probes, failed: {failed or 'none'})",
           file=sys.stderr)
     return 1 if failed else 0
 

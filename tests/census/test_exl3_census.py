@@ -17,6 +17,7 @@ import pytest
 from overlay.check.envs import Arm, Arms, arms_for
 from overlay.engines import get_adapter
 from overlay.errors import ExternalCommandError
+from overlay.progress import NullReporter
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes on 2 cores: scripts/test_long.sh
@@ -67,9 +68,62 @@ def test_round_sync_moves_the_wait_out_of_the_draft_round(arms: Arms) -> None:
 
 
 def test_a_flag_the_cpu_path_never_reads_is_not_measured(arms: Arms) -> None:
-    doc = census(arms.patched, "draft-round", {"EXL3_OVL_SWA_RING": "1"})
+    # a paged drafter has no window rings: the ring switch is never read
+    doc = census(arms.patched, "draft-round", {"EXL3_OVL_SWA_RING": "1"}, drafter_layers="paged")
     assert set(doc["metrics"].values()) == {None}
     assert any("EXL3_OVL_SWA_RING set but never read" in n for n in doc["notes"])
+
+
+def test_variants_are_a_ring_and_a_paged_drafter() -> None:
+    from overlay.engines.exllamav3 import ExLlamaV3Adapter
+
+    variants = ExLlamaV3Adapter().census_variants(root=REPO, arm=None, models=None, explicit=False,  # type: ignore[arg-type]
+                                                  reporter=NullReporter())
+    assert [dict(v.extra)["drafter_layers"] for v in variants] == ["ring", "paged"]
+
+
+def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
+    """The real Embedding placed by the loader's rule: host table, so 0014 alone keeps the waits; with
+    --embed_on_device (0020) a round (draft + verify) has one host sync."""
+    flag = {"EXL3_OVL_ROUND_SYNC": "1"}
+    on = {"options": {"--embed_on_device": None}}
+
+    def per_round(arm: Arm, env: dict[str, str] | None = None, **extra: Any) -> float:
+        return float(sum(census(arm, s, env, **extra)["metrics"]["host-syncs"] for s in ("draft-round", "spec-verify-step")))
+
+    stock, alone, both = per_round(arms.stock), per_round(arms.patched, flag), per_round(arms.patched, flag, **on)
+    assert both == 1.0 and alone == stock > 1.0
+    doc = census(arms.patched, "draft-round", flag, **on)
+    assert "after --embed_on_device" in doc["notes"][0]
+
+
+def test_ring_step_becomes_capturable(arms: Arms) -> None:
+    """The ring drafter's per-layer step (the wheel's _decode_state_prep, judged in a capture-check region): stock
+    uploads pageable lengths per layer, the ring alone makes block tables with torch.tensor(device=) when its bases
+    move; the persistent tables (0021) are capturable."""
+    ring = {"EXL3_OVL_SWA_RING": "1"}
+    stock = census(arms.stock, "draft-round")
+    alone = census(arms.patched, "draft-round", ring)
+    static = census(arms.patched, "draft-round", {**ring, "EXL3_OVL_SWA_RING_STATIC": "1"})
+    assert stock["metrics"]["capturable"] is False and alone["metrics"]["capturable"] is False
+    assert static["metrics"]["capturable"] is True
+    assert static["metrics"]["pageable-copies"] < alone["metrics"]["pageable-copies"] < stock["metrics"]["pageable-copies"]
+    # what pageable copy is left is the drafter's host-table embedding upload, not the ring code
+    assert not any("sliding_attn.py" in site for site, _ in static["sites"].get("pageable-copies", []))
+    assert any("sliding_attn.py" in site for site, _ in alone["sites"]["pageable-copies"])
+    # the ring removes stock's shift copies (launches of the wheel's code in sliding_attn.py)
+    assert alone["metrics"]["eager-launches"] < stock["metrics"]["eager-launches"]
+
+
+def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
+    flags = {"EXL3_OVL_SWA_RING": "1", "EXL3_OVL_SWA_RING_STATIC": "1", "EXL3_OVL_DRAFTER_GRAPH": "1"}
+    host = census(arms.patched, "draft-round", flags)
+    device = census(arms.patched, "draft-round", flags, options={"--embed_on_device": None})
+    assert device["metrics"]["capturable"] is True
+    assert host["metrics"]["capturable"] is False          # the drafter's input layer gathers on the host (F4)
+    assert any("spec_round.py" in v or "embedding" in v or "device_copy" in v for v in host["detail"]["violations"])
+    # replays are not modelled: launch counts are reported as not measured
+    assert device["metrics"]["eager-launches"] is None
 
 
 def test_cli_options_are_refused(arms: Arms) -> None:

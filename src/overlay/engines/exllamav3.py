@@ -45,6 +45,17 @@ class ExLlamaV3Adapter:
     def census_scenarios(self) -> tuple[str, ...]:
         return CENSUS_SCENARIOS
 
+    def census_variants(self, *, root: Path, arm: Arm, models: Models | None, explicit: bool,
+                        reporter: Reporter) -> tuple[Any, ...]:
+        """Two block drafters (workers/exllamav3_census.py "drafter_layers"): every layer a window ring (what
+        --draft_window makes of a DFlash drafter; its state side is the wheel's SlidingAttention code) and paged
+        layers; decode-step does not involve the drafter and runs once."""
+        from overlay.check.census import Variant
+
+        spec = ("spec-verify-step", "draft-round")
+        return (Variant(name="ring drafter", model="", extra=(("drafter_layers", "ring"),)),
+                Variant(name="paged drafter", model="", extra=(("drafter_layers", "paged"),), scenarios=spec))
+
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         return run_patch_tests(root, "exllamav3", reporter)
 

@@ -238,3 +238,27 @@ def test_swa_ring_q8(arms):
     assert on["draft_cache"]["ring_types"] == ["SWALayerState_quant"]
     assert off["draft_cache"]["ring_types"] == ["SWALayerState"]
     assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]
+
+
+def test_swa_ring_static_tables(arms):
+    """EXL3_OVL_SWA_RING_STATIC=1: the ring step's tables through one persistent pinned + device buffer: the same
+    tables and attention outputs as the ring, and no per-step device tensor or pageable upload (the census shows
+    the step capturable: tests/census/test_exl3_census.py)."""
+    payload = {"seed": 0, "steps": 120}
+    stock = arms.stock.run_json(probe("swa_tables.py"), payload)
+    ring = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True})
+    static = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True})
+    reused = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True,
+                                                            "reuse": True})
+    for doc in (static, reused):
+        assert [s["tables"] for s in doc["steps"]] == [s["tables"] for s in ring["steps"]]
+        assert [[s["seqlens"], s["wshift"]] for s in doc["steps"]] == [[s["seqlens"], s["wshift"]]
+                                                                        for s in stock["steps"]]
+        assert all(s["same_across_layers"] for s in doc["steps"])
+        assert doc["uploads"] == 0          # no host_to_device of a fresh host tensor
+    assert ring["uploads"] == ring["num_steps"]
+    schedule = RING_SCHEDULES[1]
+    plain = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "ring": False})
+    persistent = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "ring": True, "static": True})
+    assert persistent["digests"] == plain["digests"] and persistent["oracle_mismatches"] == 0
+    assert persistent["clones"] == 0

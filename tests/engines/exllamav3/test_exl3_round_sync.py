@@ -177,6 +177,25 @@ def test_drafter_round_graph(arms):
     assert ring["graphs"] is None and ring["eager_calls"] == 8     # window-ring drafters stay eager
 
 
+def test_drafter_round_graph_rings(arms):
+    """A window-ring drafter's round is captured once the ring step tables are persistent
+    (EXL3_OVL_SWA_RING_STATIC=1): each replay restages the window decisions and advances the states as the
+    eager round does (same drafts, same final positions and window starts); without them it stays eager."""
+    base = {"seed": 0, "bsz": 2, "rounds": 12, "mode": "ring"}
+    rings = {"EXL3_OVL_SWA_RING": "1", "EXL3_OVL_SWA_RING_STATIC": "1"}
+    graph = {"EXL3_OVL_DRAFTER_GRAPH": "1"}
+    eager, captured, plain = run_cases(arms.patched, "drafter_graph.py", [
+        {**base, "env": rings}, {**base, "env": {**rings, **graph}},
+        {**base, "env": {"EXL3_OVL_SWA_RING": "1", **graph}}])
+    assert eager["drafts"] == eager["expected"] and eager["graphs"] is None and eager["eager_calls"] == 12
+    g = captured["graphs"]
+    assert (g["captured"], g["replayed"], g["validated"], g["failed"]) == (1, 10, 2, 0)
+    assert captured["drafts"] == eager["drafts"] and captured["ring_states"] == eager["ring_states"]
+    # the windows moved during the replayed rounds (the restaged decisions include shifts)
+    assert [s[1] for s in captured["ring_states"][:2]] != [s[1] for s in captured["ring_initial"][:2]]
+    assert plain["graphs"] is None and plain["eager_calls"] == 12 and plain["drafts"] == eager["drafts"]
+
+
 def test_warmup_draft(arms):
     cases = [{"argv": []}, {"argv": ["-wd"]}]
     stock = run_cases(arms.stock, "warmup_draft.py", cases)
@@ -226,3 +245,25 @@ def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms):
     # the graphed depth-0 selection (a static the next layer overwrites) is copied into the share dict
     assert on["share"] == {"3": [[0, 1, 2], [1000]]}
     assert [c.get("anchor") for c in on["calls"][1:]] == [[[0, 1, 2], [1000]]] * 2
+
+
+def test_embed_on_device(arms):
+    """--embed_on_device: the real Embedding module, placed by the loader's rule, stays on the device, so 0014's
+    device-built verify input runs and a round has one host sync (stock and 0014 alone: two, at bsz 1)."""
+    base = {"seed": 3, "bsz": 1, "block": 12, "rounds": 5, "corrupt": 8, "embed": "loader"}
+    wide = {**base, "seed": 4, "bsz": 3, "block": 8}
+    stock, stock3 = run_cases(arms.stock, "spec_round.py", [base, wide])
+    off, alone, on, on3 = run_cases(arms.patched, "spec_round.py", [
+        base, {**base, "env": ROUND}, {**base, "env": ROUND, "embed_on_device": True},
+        {**wide, "env": ROUND, "embed_on_device": True}])
+    for doc in (off, alone, on):
+        assert _same_outputs(stock, doc)
+    assert _same_outputs(stock3, on3)
+    # the loader's placement: system RAM for an unquantized table, unless the option keeps it on the device
+    assert stock["embed_table"] == off["embed_table"] == alone["embed_table"] == {
+        "is_cuda": False, "caps": {"prefer_cpu": True, "x_cpu": False}}
+    assert on["embed_table"] == {"is_cuda": True, "caps": {"prefer_cpu": False, "x_cpu": False}}
+    assert _spec_syncs(stock) == _spec_syncs(off) == _spec_syncs(alone) == [2] * 5
+    assert _spec_syncs(on) == [1] * 5 and _spec_syncs(on3) == [1] * 5 and _spec_syncs(stock3) == [4] * 5
+    assert on["forward_inputs"][-1] == "device"
+    assert stock["forward_inputs"][-1] == alone["forward_inputs"][-1] == "host"

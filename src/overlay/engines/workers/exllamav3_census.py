@@ -2,8 +2,9 @@
 
 Request on stdin: {"task": "census", "model": str (unused: no EXL3 checkpoint runs on CPU), "scenario":
 "decode-step"|"spec-verify-step"|"draft-round", "steps": int, "bsz": int (2), "sampler": "greedy"|"temp" ("temp"),
-"block": int (8: K = 7 drafts), "embed": "host"|"device" ("host", the only placement the loader produces)}; the
-patch's flag comes as environment variables of this process. Response on stdout: {"scenario", "steps", "metrics":
+"block": int (8: K = 7 drafts), "embed": "loader"|"host"|"device" ("loader": the real Embedding module placed by the
+loader's rule, model_ls.py: system RAM unless --embed_on_device), "options": {"--embed_on_device": null} (the only
+model_init option the census runs)}; the patch's flag comes as environment variables of this process. Response on stdout: {"scenario", "steps", "metrics":
 {metric: value per step, "capturable": true|false|null}, "sites": {metric: [["path:line", count], ...]}, "notes":
 [str], "standin": str}.
 
@@ -33,16 +34,21 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[4]
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
 SCENARIOS = {"decode-step": "decode", "spec-verify-step": "verify", "draft-round": "draft"}
-STANDIN = ("the generator object, jobs and pages, the target and drafter forwards (spec_round.py fakes), the CUDA "
-           "extension (stand-in; one call = one launch) and the pinned staging buffers")
+STANDIN = ("the generator object, jobs and pages, the target forward after its real Embedding, the drafter's "
+           "projections, attention and head (device ops; ring layers' state side is the wheel's), the CUDA extension "
+           "(stand-in; one call = one launch)")
 WARMUP = 1  # the first step of each kind allocates staging buffers; it is left out of the means
 FLAG_PREFIX = "EXL3_OVL_"
+# model_init options the census applies itself, through the wheel's own function for them (model_init.embed_on_device
+# on the real Embedding module, before the loader's placement rule)
+LOADER_OPTIONS = ("--embed_on_device",)
 NOT_COUNTED = {"peak-memory": "the caches are allocated at load, outside the steps, and the stand-in drafter has none",
                "collectives": "no tensor-parallel path runs on CPU",
                "cache-hits": "no engine cache entry point is wrapped by the census"}
-DRAFTER_STOOD_IN = ("the drafter's forward, which a round's launches and any capture of it consist of, is a stand-in "
-                    "(the real one starts with a host embedding gather and an H2D copy)")
-NOT_COUNTED_IN = {"draft-round": {"eager-launches": DRAFTER_STOOD_IN, "graph-launches": DRAFTER_STOOD_IN}}
+# draft-round launches: the wheel's generator round, the target's real Embedding (the drafter's input layer embeds the
+# anchor through it), for "ring" the wheel's SlidingAttention state side; the drafter's projections, attention and
+# head are stand-in device ops (the same in every arm)
+DRAFTER_OPS = ("the drafter's projections, attention and head are stand-in device ops, the same in every arm")
 # the stood-in forwards, as (generator attribute, method): called inside a capture region, they make it unjudgeable
 STANDIN_CALLS = (("model", "forward"), ("draft_model", "forward"), ("draft_model", "sample_from_state"),
                  ("draft_model", "propose_block"))
@@ -51,7 +57,7 @@ STANDIN_CALLS = (("model", "forward"), ("draft_model", "forward"), ("draft_model
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
     """os.environ that remembers which EXL3_OVL_* switches the engine read (the patched code reads them per call)."""
 
-    read: set[str] = set()
+    read: set[str] = set()  # noqa: RUF012 (shared by every instance on purpose)
 
     def __getitem__(self, key: str) -> str:
         if key.startswith(FLAG_PREFIX):
@@ -68,9 +74,12 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     import spec_round
     from torch_census import Census
 
-    if request.get("options"):
-        raise SystemExit(f"exllamav3 census: CLI options {sorted(request['options'])} are model_init/loader switches; "
-                         f"the CPU census runs no loader (not measured)")
+    options = dict(request.get("options") or {})
+    embed_on_device = "--embed_on_device" in options
+    options.pop("--embed_on_device", None)
+    if options:
+        raise SystemExit(f"exllamav3 census: CLI options {sorted(options)} are model_init/loader switches the CPU "
+                         f"census does not run (it runs only {', '.join(LOADER_OPTIONS)}: not measured)")
     scenario = request["scenario"]
     if scenario not in SCENARIOS:
         raise SystemExit(f"exllamav3 census: unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
@@ -82,12 +91,18 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     standin = ext_mod.exllamav3_ext
     _devsim.dev = lambda t: t.as_subclass(_devsim.CensusDev)  # the census's device spelling (cpu:0)
     spec_round.install_cuda_mocks = lambda: None  # the census stands in for torch.cuda itself
+    spec_round.PIN_STAGING = True  # the generator's staging buffers are pinned, as on CUDA (the census emulates it)
     c = Census(placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,))
     original = {name: getattr(gen_mod.Generator, name) for name in ("iterate_gen", "iterate_draftmodel_dflash_gen")}
     captured_standins: dict[str, set[str]] = {}  # step tag -> the stood-in forwards called inside a capture region
 
+    # the census's drafter embeds through the target's real Embedding module and is device-only ops after that (no
+    # host read, no hidden transfer: the census sees them), so a capture region around it is judged; a capture
+    # region around the target's stand-in forward is not
+    unjudged = STANDIN_CALLS[:1]
+
     def guard(gen: Any, tag: str) -> None:
-        for owner_name, method in STANDIN_CALLS:
+        for owner_name, method in unjudged:
             owner = getattr(gen, owner_name, None)
             fn = getattr(owner, method, None)
             if fn is None:
@@ -123,11 +138,26 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
 
     payload = {"seed": 11, "bsz": int(request.get("bsz", 2)), "block": int(request.get("block", 8)),
                "rounds": steps + WARMUP, "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
-               "sampler": request.get("sampler", "temp"), "embed": request.get("embed", "host"), "corrupt": 20}
+               "sampler": request.get("sampler", "temp"), "embed": request.get("embed", "loader"), "corrupt": 20,
+               "embed_on_device": embed_on_device, "drafter_layers": request.get("drafter_layers", "ring"),
+               "device_drafter": True}
     if scenario == "decode-step":
         payload["rounds"] = 0
     for name in original:
         setattr(gen_mod.Generator, name, stepped(name))
+    ring_prep = None
+    if payload["drafter_layers"] == "ring":
+        # the wheel's per-layer ring step of the drafter forward, judged for capturability (capture_check: its ops
+        # still count as eager launches; no engine region captures a ring drafter here)
+        from exllamav3.modules.sliding_attn import SlidingAttention
+        ring_prep = SlidingAttention._decode_state_prep
+
+        def checked_prep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with c.capture_check():
+                return ring_prep(self, *args, **kwargs)
+
+        checked_prep.__wrapped__ = ring_prep  # type: ignore[attr-defined]  # its signature (the probe reads it)
+        SlidingAttention._decode_state_prep = checked_prep  # type: ignore[method-assign]
     plain_environ = os.environ.__class__
     os.environ.__class__ = _RecordingEnviron
     try:
@@ -137,18 +167,29 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         os.environ.__class__ = plain_environ
         for name, fn in original.items():
             setattr(gen_mod.Generator, name, fn)
+        if ring_prep is not None:
+            SlidingAttention._decode_state_prep = ring_prep  # type: ignore[method-assign]
     report = c.report(tag=SCENARIOS[scenario], skip=WARMUP)
     metrics = dict(report["metrics"])
-    not_counted = {**NOT_COUNTED, **NOT_COUNTED_IN.get(scenario, {})}
+    not_counted = dict(NOT_COUNTED)
     for metric in not_counted:
         metrics[metric] = None
+    if any("graph-replays" in k for k in report["kinds"]):
+        # the emulated CUDAGraph.replay re-runs nothing: the replayed round's outputs are the capture's, so an engine
+        # that validates its replays (0017) falls back to eager rounds; launch counts then say nothing about replays
+        for metric in ("eager-launches", "graph-launches"):
+            metrics[metric] = None
+            not_counted[metric] = ("a captured round was replayed: the census's CUDAGraph emulation does not re-run "
+                                   "the captured ops (replays and what follows them are not modelled)")
     standins = sorted(captured_standins.get(SCENARIOS[scenario], ()))
     if standins:
         metrics["capturable"] = None
         not_counted["capturable"] = (f"a capture region calls the stood-in {', '.join(standins)}, whose work is not "
                                      "the real forward's")
-    notes = [(f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding on the "
-             f"{payload['embed']}; {report['steps']} steps after {WARMUP} warm-up")]
+    placement = {"loader": "the real Embedding placed by the loader's rule" + (
+        " after --embed_on_device" if embed_on_device else ""), "host": "a host table", "device": "a device table"}
+    notes = [(f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding: "
+             f"{placement.get(payload['embed'], payload['embed'])}; {report['steps']} steps after {WARMUP} warm-up")]
     flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
     notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
     unread = [k for k in flags if k not in _RecordingEnviron.read]
@@ -157,6 +198,8 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         metrics = dict.fromkeys(metrics)
         notes.append(f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
                      f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)")
+    if scenario == "draft-round":
+        notes.append(f"drafter: {payload['drafter_layers']} layers; {DRAFTER_OPS}")
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
     if report["violations"]:
         notes.append("capture violations: " + "; ".join(report["violations"][:5]))

@@ -104,6 +104,8 @@ SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "all_to_all", "all_to_all_single",
                "barrier", "send", "recv", "isend", "irecv", "reduce", "gather", "scatter")
+_DEVICE_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
+                                "full_like"})
 _FACTORIES_WITH_DATA = {"tensor", "as_tensor"}
 _SKIP_FILES = {contextlib.__file__, getattr(sys.modules.get("functools"), "__file__", ""), weakref.__file__}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -190,6 +192,7 @@ class Census:
         self._current: Step | None = None
         self._capture_depth = 0
         self._strict_depth = 0
+        self._check_depth = 0
         self._live = 0
         self._patches: list[tuple[Any, str, Any]] = []
         self._modes: list[Any] = []
@@ -266,6 +269,17 @@ class Census:
             self._capture_depth -= 1
             self._strict_depth -= int(strict)
 
+    @contextlib.contextmanager
+    def capture_check(self) -> Iterator[None]:
+        """A region judged for capturability (as ``capture``) whose ops still count as eager-launches: for code a
+        patch makes capturable that no engine region captures yet in this census."""
+        self.current.regions += 1
+        self._check_depth += 1
+        try:
+            yield
+        finally:
+            self._check_depth -= 1
+
     def capturable(self) -> contextlib.AbstractContextManager[None]:
         """A capture region that raises CaptureViolation on the first operation a CUDA graph cannot capture."""
         return self.capture(strict=True)
@@ -283,7 +297,7 @@ class Census:
             step.kinds[f"{metric}:{kind}"] += n
 
     def _violation(self, what: str, site: str) -> None:
-        if self._capture_depth == 0:
+        if self._capture_depth == 0 and self._check_depth == 0:
             return
         self.current.violations.append(f"{what} at {site}")
         if self._strict_depth:
@@ -570,7 +584,13 @@ class _FunctionMode(TorchFunctionMode):
                 dev = out.clone()
             return c.mark_device(dev)
         if src is None:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if (c.placement == "is_cuda" and c.device_class is not None and name in _DEVICE_FACTORIES
+                    and getattr(torch, name, None) is func and kwargs.get("device") is not None
+                    and _device_target(c, (None, kwargs["device"]), {}) is True
+                    and isinstance(out, torch.Tensor) and not getattr(out, "is_cuda", False)):
+                out = c.mark_device(out)  # device memory made by a factory (device= the device's spelling)
+            return out
         if name in ("tolist", "numpy", "__array__"):
             if c.is_device(src):
                 c._sync(f"Tensor.{name}", src.nbytes)

@@ -8,9 +8,11 @@ GPU is counted in SYNC: reading values (.item(), .tolist(), int(), bool(), .nump
 are counted by the patched torch.cuda functions (install_cuda_mocks). A non-blocking copy_ into a host tensor is
 counted as an asynchronous D2H copy, not as a sync. Results of operations on Dev tensors are Dev tensors.
 
-SYNC misses implicit syncs (``if`` on a tensor goes straight to aten, as do ``torch.equal``, ``nonzero``, boolean-mask
-indexing) and ``torch.tensor(..., device=)``; the mechanism census (src/overlay/engines/workers/torch_census.py, run
-by workers/exllamav3_census.py) counts those at the aten level and is the count to trust. ``CensusDev`` is the Dev
+Implicit syncs are counted too: ``if tensor`` (``__bool__``), ``torch.equal`` / ``allclose``, ``nonzero`` /
+``argwhere`` / ``masked_select`` / ``unique`` / ``bincount``, ``repeat_interleave`` with tensor repeats and
+boolean-mask indexing (read or write). SYNC still misses ``torch.tensor(..., device=)`` (no device exists here) and
+anything an extension stand-in does in numpy; the mechanism census (src/overlay/engines/workers/torch_census.py, run
+by workers/exllamav3_census.py) counts at the aten level and is the count to trust. ``CensusDev`` is the Dev
 the census uses: its ``device`` is ``cpu:0``, so ``x.to(y.device)`` between two device tensors stays on the device and
 ``host.to(dev.device)`` is an H2D copy, as on a GPU.
 
@@ -30,6 +32,13 @@ import torch
 SYNC: collections.Counter[str] = collections.Counter()
 
 _HOST_READS = {"item", "tolist", "__int__", "__bool__", "__float__", "__index__", "numpy", "cpu"}
+# ops whose result shape or value the host must know before it can go on (CUDA syncs for them)
+_IMPLICIT = {"equal", "allclose", "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
+
+
+def _bool_mask(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
 
 
 def _is_host_target(args: tuple, kwargs: dict) -> bool:
@@ -53,6 +62,10 @@ class Dev(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name in _IMPLICIT or (name in ("__getitem__", "__setitem__") and len(args) > 1 and _bool_mask(args[1])) \
+                or (name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor)):
+            SYNC["host_read:" + name] += 1
+            return super().__torch_function__(func, types, args, kwargs)
         if name in _HOST_READS:
             SYNC["host_read:" + name] += 1
             with torch._C.DisableTorchFunctionSubclass():
@@ -100,11 +113,20 @@ class _Event:
 
 
 def install_cuda_mocks() -> None:
-    """torch.cuda.synchronize / Event / current_stream that count instead of touching a device."""
+    """torch.cuda.synchronize / Event / current_stream that count instead of touching a device, and an empty_like
+    whose pin_memory=True gives a plain host buffer (the Embedding module's pinned staging)."""
 
     def synchronize(device: Any = None) -> None:
         SYNC["wait:device_synchronize"] += 1
 
+    if not getattr(torch.empty_like, "_devsim", False):
+        empty_like = torch.empty_like
+
+        def host_empty_like(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+            return empty_like(*args, **kwargs)      # no pinned allocator on CPU torch: a plain host buffer
+
+        host_empty_like._devsim = True  # type: ignore[attr-defined]
+        torch.empty_like = host_empty_like  # type: ignore[assignment]
     torch.cuda.synchronize = synchronize  # type: ignore[assignment]
     torch.cuda.Event = _Event  # type: ignore[assignment,misc]
     torch.cuda.current_stream = lambda device=None: None  # type: ignore[assignment]

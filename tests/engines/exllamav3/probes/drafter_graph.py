@@ -7,7 +7,8 @@ from the staging buffers at replay time (what a correct capture does: its host-t
 buffers again); in "stale" mode it replays the values seen at capture (what a capture with baked host-side values
 would do). The drafter's output tensors are _devsim.Dev tensors (is_cuda True).
 
-payload: {"seed": int, "bsz": int, "rounds": int, "mode": "device"|"stale"|"sync"|"conf"|"host",
+payload: {"seed": int, "bsz": int, "rounds": int, "mode": "device"|"stale"|"sync"|"conf"|"host"|"ring" (a window-ring
+drafter: the wheel's SWAState and RingStepBuffer; its drafts depend on the ring tables),
 "grow_at": int|null (a round from which one more job joins: new staging rows, new graph key), "env": {...}}
 or {"cases": [...]}
 """
@@ -63,9 +64,16 @@ def case(payload: dict) -> dict:
 
     def compute(ids: torch.Tensor, seqlens: torch.Tensor) -> torch.Tensor:
         rows = []
-        for a, p in zip(ids.view(-1).tolist(), seqlens.tolist()):
-            rows.append([a] + [(a * 31 + p * 7 + 5 * (k + 1)) % 512 for k in range(block - 1)])
+        ring_rows = ([0] * ids.shape[0], [0] * ids.shape[0])
+        if ring_bufs:   # a ring drafter's drafts depend on its device tables too (stale tables show)
+            bt, ring_lens = ring_bufs[0]
+            ring_rows = (host(ring_lens).tolist(), host(bt)[:, 0].tolist())
+        for a, p, r, b in zip(ids.view(-1).tolist(), seqlens.tolist(), *ring_rows):
+            rows.append([a] + [(a * 31 + p * 7 + 5 * (k + 1) + r * 3 + b * 11) % 512 for k in range(block - 1)])
         return torch.tensor(rows, dtype=torch.long)
+
+    ring = mode == "ring"
+    ring_bufs: list = []
 
     class Drafter:
         # DFlash-like (forward + sample_from_state), as stock's round requires
@@ -74,6 +82,20 @@ def case(payload: dict) -> dict:
         draft_verifier_params: ClassVar[dict] = {}
 
         def forward(self, input_ids, params):
+            if ring:
+                # a window-ring layer's decode step: the wheel's RingStepBuffer (what _decode_state_prep runs with
+                # EXL3_OVL_SWA_RING_STATIC=1), then the state advance Model.forward makes (anchor ids: +1)
+                from exllamav3.modules.sliding_attn import RingStepBuffer
+                rsg = params["recurrent_states"]
+                buf = RingStepBuffer.get(512, len(rsg), torch.device("cpu"))
+                bt, seqlens = buf.step(rsg, block)
+                if _Capture.current is not None:
+                    _Capture.current.ops.append(lambda: buf.dev.copy_(buf.host))  # the captured upload
+                ring_bufs[:] = [(bt, seqlens)]
+                for rs in rsg:
+                    rs.position += 1
+                    rs.last_history = 0
+                    rs.post_advance()
             return input_ids
 
         def sample_from_state(self, input_ids, params):
@@ -123,12 +145,24 @@ def case(payload: dict) -> dict:
                                recurrent_state=SimpleNamespace(draft=None))
 
     _staging = staging_buffers(4)
-
     bsz = payload.get("bsz", 2)
     jobs = [job(i) for i in range(bsz + 1)]
+    draft_cache = "draft-cache"
+    if ring:
+        # window-ring drafter states (the wheel's SWAState, kv_state_size 512) at the jobs' positions
+        from exllamav3.modules.sliding_attn import SWALayerState, SWAState
+        layer = SWALayerState.__new__(SWALayerState)
+        draft_cache = SimpleNamespace(recurrent_layers={(0, 0): layer})
+        for i, j in enumerate(jobs):
+            rs = SWAState.__new__(SWAState)
+            rs.slot, rs.wshift, rs.last_history = i, 0, 0
+            rs.position = j.sequences[0].kv_position
+            rs.window_beg = max(0, (rs.position - 300) // 256 * 256)
+            j.recurrent_state = SimpleNamespace(draft=rs)
+    ring_initial = [[j.recurrent_state.draft.position, j.recurrent_state.draft.window_beg] for j in jobs] if ring else None
     fake = SimpleNamespace(
-        active_jobs=jobs[:bsz], _staging=_staging, draft_model=Drafter(), draft_cache="draft-cache",
-        draft_recurrent=payload.get("recurrent", False), draft_calibrator=None, _sparse_flag=None,
+        active_jobs=jobs[:bsz], _staging=_staging, draft_model=Drafter(), draft_cache=draft_cache,
+        draft_recurrent=payload.get("recurrent", False) or ring, draft_calibrator=None, _sparse_flag=None,
         hybrid_draft_tokens=0, draft_input_ids_pinned=torch.zeros((8, 1), dtype=torch.long),
         draft_ids_pinned=torch.zeros((8, 16), dtype=torch.long),
     )
@@ -146,6 +180,9 @@ def case(payload: dict) -> dict:
             accepted = 1 + (j.state["anchor"] + r) % 5
             j.sequences[0].kv_position += accepted
             j.state["anchor"] = row[accepted - 1]
+            if ring:    # the verify's write-back leaves the state at the new K/V position (commit_state_rows)
+                ds = j.recurrent_state.draft
+                ds.position, ds.last_history, ds.wshift = j.sequences[0].kv_position, 0, 0
     graphs = fake.__dict__.get("_ovl_round_graphs")
     return {
         "drafts": drafts,
@@ -154,6 +191,9 @@ def case(payload: dict) -> dict:
         "captured_calls": log["captured_calls"],
         "reused_upload": log.get("reused_upload", 0),
         "graphs": None if graphs is None else graphs.status(),
+        "ring_states": [[j.recurrent_state.draft.position, j.recurrent_state.draft.window_beg] for j in jobs]
+        if ring else None,
+        "ring_initial": ring_initial,
     }
 
 

@@ -127,7 +127,7 @@ def case(P: dict) -> dict:
             L.rope = SimpleNamespace(apply=identity_rope)
             L.k_norm_tensor, L.norm_eps, L.norm_constant_bias = None, 1e-6, 0.0
             L.project_o = lambda o, b_, s_, p_: o
-            L.project_qkv = (lambda i: (lambda x, params: pending.pop(i)))(i)
+            L.project_qkv = (lambda i: (lambda x, params: pending.pop(i)))(i)  # noqa: B023 (bound by the outer call)
             L.k_proj, L.v_proj = kv_proj(i, 0), kv_proj(i, 1)
         for state_layer in cache.recurrent_layers.values():
             state_layer.alloc(torch.device("cpu"))

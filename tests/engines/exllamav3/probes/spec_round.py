@@ -10,7 +10,9 @@ data is counted as a sync (see _devsim).
 
 payload: {"seed": int, "bsz": int, "block": int (drafter block; K = block - 1), "rounds": int, "sampler":
 "greedy"|"temp"|"fused-temp"|"fused-minp", "drafter": "dflash"|"host" (host: drafts given as a host tensor, as
-the n-gram path does), "embed": "device"|"host", "corrupt": percent, "first_token_job": bool (one job still at
+the n-gram path does), "embed": "device"|"host"|"loader" (loader: the real Embedding module, placed by the
+loader's rule; "embed_on_device": true applies model_init's --embed_on_device first), "drafter_layers": "ring" (the
+drafter's state side is the wheel's SlidingAttention ring code: _RingLayers), "corrupt": percent, "first_token_job": bool (one job still at
 its first token), "serial_job": bool (one job with a checkpoint: stock's serial path), "decode_rounds": int
 (no-draft rounds first), "env": {...}} or {"cases": [...]}
 """
@@ -28,10 +30,44 @@ from _devsim import SYNC, host_syncs, install_cuda_mocks, install_sampling_refer
 
 VOCAB = 96
 PAGE = 256
+# the generator's staging buffers are pinned on CUDA; on CPU torch only a census (which emulates pinning) can say so
+PIN_STAGING = False
 
 
 def _truth(table: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return table[(ids * 31 + pos * 17) % table.shape[0]]
+
+
+def _loaded_embedding(model, payload: dict, dev, device) -> object:
+    """A real exllamav3 Embedding, placed as the loader places it (model_ls.py: system RAM when the module's caps
+    say prefer_cpu, else the device), from a stand-in tensor collection; with payload["embed_on_device"] the
+    model first goes through model_init.embed_on_device (the --embed_on_device option; patched wheel only)."""
+    from exllamav3.modules.embedding import Embedding
+
+    key = "model.embed_tokens"
+    weight = torch.zeros((VOCAB, 4))
+    weight[:, 0] = torch.arange(VOCAB)
+
+    class Collection:
+        def has_tensor(self, name: str) -> bool:
+            return name == key + ".weight"
+
+        def get_tensor_handle(self, name: str, optional: bool = False):
+            return None
+
+        def get_tensor(self, name: str, device, **kwargs):
+            assert name == key + ".weight", name
+            on_host = torch.device(device).type == "cpu" and torch.device(device).index is None
+            return weight.clone() if on_host else dev(weight.clone())
+
+    config = SimpleNamespace(stc=Collection(), infer_params=SimpleNamespace(embed_stream_from_disk=False))
+    emb = Embedding(config, key, VOCAB, 4)
+    model.modules = [emb]
+    if payload.get("embed_on_device"):
+        from exllamav3 import model_init
+        model_init.embed_on_device(model)
+    emb.load(torch.device("cpu") if emb.caps.get("prefer_cpu") else torch.device(device))
+    return emb
 
 
 def case(payload: dict) -> dict:
@@ -60,7 +96,7 @@ def case(payload: dict) -> dict:
         from _devsim import dev, host
 
         def pinned(t: torch.Tensor) -> torch.Tensor:
-            return t
+            return t.pin_memory() if PIN_STAGING else t
 
         def to_device(t: torch.Tensor) -> torch.Tensor:
             return dev(t) if not t.is_cuda else t
@@ -80,6 +116,16 @@ def case(payload: dict) -> dict:
 
     def greedy_next(tok: int, pos: int) -> int:
         return int(torch.argmax(_truth(table, torch.tensor(tok), torch.tensor(pos)).float()))
+
+    def device_chain(anchors: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        # chain() with device ops only (no host read): the same tokens
+        out, tok = [anchors], anchors
+        for k in range(K):
+            nxt = _truth(table_dev, tok, pos + k).float().argmax(dim=-1)
+            h = (anchors * 1_000_003 + pos * 7_919 + k * 104_729 + seed) % 100
+            tok = torch.where(h < corrupt, (nxt + 1 + k) % VOCAB, nxt)
+            out.append(tok)
+        return torch.stack(out, dim=1)
 
     def chain(anchor: int, pos: int) -> list[int]:
         # the target's greedy continuation of anchor (at position pos), with deterministic corruptions
@@ -124,6 +170,10 @@ def case(payload: dict) -> dict:
             self.identifier = i
             self.serial_number = i
             plen = int(torch.randint(200, 400, (1,), generator=g))
+            if payload.get("drafter_layers") == "ring":
+                # a context past the ring drafter's window whose state is 9 + 2i rows short of full (ring of 768
+                # rows, window start 256): the windows move in the first rounds
+                plen = 256 + 768 - 9 - 2 * i + 1
             prompt = torch.randint(0, VOCAB, (1, plen), generator=g)
             seq = Sequence(prompt, prompt)
             seq.allocated_pages = [FakePage(i * 8 + p) for p in range(6)]
@@ -187,23 +237,32 @@ def case(payload: dict) -> dict:
         jobs[0].new_tokens = 0
     if payload.get("serial_job"):
         jobs[-1].checkpoint = {"offset": 0}
-    for i, job in enumerate(jobs):
+    for _i, job in enumerate(jobs):
         job.max_new_tokens = job.new_tokens + payload.get("max_new", 10_000)
+
+    def upload(x: torch.Tensor) -> torch.Tensor:
+        # Module.prepare_for_device's rule for a host tensor: non-blocking from pinned memory, else blocking
+        if not PIN_STAGING:
+            return to_device(x)
+        return x.to(table_dev.device, non_blocking=bool(x.is_pinned()))
 
     # target model
     forward_inputs = []
+    embed_mode = payload.get("embed", "device")
 
     class FakeModel:
         caps: ClassVar[dict] = {}
         loaded_tp = False
 
         def __init__(self) -> None:
+            self.logit_layer_idx = 0
+            if embed_mode == "loader":
+                self.modules = [_loaded_embedding(self, payload, dev, "cuda:0" if cuda else torch.device("cpu", 0))]
+                return
             emb = Embedding.__new__(Embedding)
             weight = torch.zeros((VOCAB, 4))
-            emb.embedding = SimpleNamespace(weight=dev(weight) if payload.get("embed", "device") == "device"
-                                            else weight)
+            emb.embedding = SimpleNamespace(weight=dev(weight) if embed_mode == "device" else weight)
             self.modules = [emb]
-            self.logit_layer_idx = 0
 
         def prefetch_tokens(self, ids) -> None:
             pass
@@ -211,9 +270,18 @@ def case(payload: dict) -> dict:
         def forward(self, input_ids, params):
             on_device = isinstance(input_ids, torch.Tensor) and input_ids.is_cuda
             forward_inputs.append("device" if on_device else "host")
-            if on_device and payload.get("embed", "device") == "host":
-                input_ids = input_ids.to("cpu")      # a host-resident table gathers on the host
-            ids = to_device(input_ids).long()
+            if embed_mode == "loader":
+                # the real Embedding module: its own prepare_for_device and lookup; the table's column 0 holds
+                # the token id, so the stand-in rest of the forward reads the ids from the embedding's output
+                emb = self.modules[0]
+                x = emb.forward(emb.prepare_for_device(input_ids, params), params)
+                if not x.is_cuda:
+                    x = upload(x)                    # the first device layer's upload of the hidden state
+                ids = x[..., 0].long()
+            else:
+                if on_device and embed_mode == "host":
+                    input_ids = input_ids.to("cpu")      # a host-resident table gathers on the host
+                ids = to_device(input_ids).long()
             seqlens = to_device(params["cache_seqlens"]).long()
             pos = seqlens.view(-1, 1) + to_device(torch.arange(ids.shape[1])).view(1, -1)
             logits = _truth(table_dev, ids, pos).clone()
@@ -226,21 +294,43 @@ def case(payload: dict) -> dict:
     # drafter
     kv_updates = []
 
+    rings = _RingLayers(payload, dev, block) if payload.get("drafter_layers") == "ring" else None
+    if rings is not None:
+        for job, rs in zip(jobs, rings.states):
+            rs.position = job.sequences[0].kv_position
+            rs.window_beg = 256
+            job.recurrent_state = SimpleNamespace(draft=rs, target=None)
+
     class DFlashLike:
         caps: ClassVar[dict] = {"dflash_draft": True, "default_draft_size": K}
         draft_verifier_params: ClassVar[dict] = {}
         config = SimpleNamespace(block_size=block)
 
         def forward(self, input_ids, params):
+            if rings is not None:
+                rings.forward(input_ids, params)
+            if payload.get("device_drafter"):
+                # the census's drafter: the anchor embedded through the target's real Embedding module (as
+                # DFlashInputLayer does; a host table gathers on the host, then uploads), then device ops only
+                emb = fake.model.modules[0]
+                x = emb.forward(emb.prepare_for_device(input_ids, params), params)
+                if not x.is_cuda:
+                    x = upload(x)
+                seqlens = params["cache_seqlens"].to(table_dev.device, non_blocking=True)
+                return x[..., 0].long(), seqlens
             return host(input_ids).clone(), host(params["cache_seqlens"]).clone()
 
         def sample_from_state(self, state, params):
             anchors, seqlens = state
+            if payload.get("device_drafter"):
+                return device_chain(anchors.view(-1).long(), seqlens.view(-1).long())
             rows = [[a] + chain(a, p) for a, p in zip(anchors.view(-1).tolist(), seqlens.tolist())]
             return dev(torch.tensor(rows, dtype=torch.long))
 
         def update_kv_from_target(self, target_hidden, cache, lengths, params):
             kv_updates.append(list(lengths))
+            if rings is not None:
+                rings.write_back(list(lengths), params)
 
     staging: dict = {}
 
@@ -278,8 +368,9 @@ def case(payload: dict) -> dict:
         standin.REFERENCES["generator_stage_decode"] = stage_decode
 
     fake = SimpleNamespace(
-        active_jobs=list(jobs), model=FakeModel(), cache="cache", draft_model=DFlashLike(), draft_cache="draft",
-        draft_recurrent=False, draft_calibrator=None, _sparse_flag=None, sparse_head=None, hybrid_draft_tokens=0,
+        active_jobs=list(jobs), model=FakeModel(), cache="cache", draft_model=DFlashLike(),
+        draft_cache=rings.cache if rings is not None else "draft",
+        draft_recurrent=rings is not None, draft_calibrator=None, _sparse_flag=None, sparse_head=None, hybrid_draft_tokens=0,
         draft_input_ids_pinned=pinned(torch.zeros((32, 1), dtype=torch.long)),
         draft_ids_pinned=pinned(torch.zeros((32, 16), dtype=torch.long)),
         _staging=_staging, _stage_arena=_stage_arena, _upload_arena=lambda *a: None, target_recurrent=False,
@@ -299,7 +390,7 @@ def case(payload: dict) -> dict:
         gen_mod.Generator.iterate_gen(fake, results, None)
         per_round.append({"kind": "decode", "syncs": host_syncs() - before})
     t_rounds = time.perf_counter()
-    for r in range(payload.get("rounds", 6)):
+    for _r in range(payload.get("rounds", 6)):
         before = host_syncs()
         calls_before = standin.calls.copy()
         if payload.get("drafter", "dflash") == "dflash":
@@ -333,7 +424,85 @@ def case(payload: dict) -> dict:
         "forward_inputs": forward_inputs,
         "kernel_calls": dict(standin.calls) if not cuda else {},
         "rounds_s": round(rounds_s, 4) if cuda else None,
+        "embed_table": _table_placement(fake.model.modules[0]) if embed_mode == "loader" else None,
     }
+
+
+class _RingLayers:
+    """The state side of a DFlash2 drafter whose layers are all window rings (what --draft_window makes of every
+    layer; window 256, 3 layers, 2 KV heads x 16), run by the wheel's own SlidingAttention code: per forward, every
+    layer's _decode_state_prep (window decisions, block table, sequence lengths; stock: the shift copies) and the
+    block's K/V appended through that table, then advance_recurrent_states; after verify, plan_state_rows /
+    write_state_rows / commit_state_rows write the accepted rows (update_kv_from_target's write-back). Stood in:
+    the projections and the attention kernel (the appended K/V rows are a fixed function of the position, written
+    with device index ops through the table the wheel's code returns)."""
+
+    def __init__(self, payload: dict, dev, block: int) -> None:
+        import tempfile
+        from pathlib import Path
+
+        from _common import tiny_dflash2
+        from exllamav3 import Cache, Config, Model
+
+        self.block = block
+        self._tmp = tempfile.TemporaryDirectory()
+        directory = tiny_dflash2(Path(self._tmp.name) / "d", layers=3, layer_types=["sliding_attention"] * 3,
+                                 window=256, hidden=64, kv_heads=2, head_dim=16, block=block)
+        self.model = Model.from_config(Config.from_directory(str(directory)))
+        bsz = payload.get("bsz", 2)
+        self.cache = Cache(self.model, max_num_tokens=256, max_batch_size=bsz)
+        self.layers = list(self.model.attn_modules)
+        device = torch.device("cpu", 0)
+        for layer in self.layers:
+            layer.device = device
+        for state_layer in self.cache.recurrent_layers.values():
+            state_layer.alloc("cpu")
+            for name in ("k_state", "v_state"):
+                t = getattr(state_layer, name, None)
+                if isinstance(t, torch.Tensor):
+                    setattr(state_layer, name, dev(t))
+        self.dev = dev
+        self.states = [self.cache.get_new_state() for _ in range(bsz)]   # the jobs' draft states
+        import inspect
+        self.share = "params" in inspect.signature(self.layers[0]._decode_state_prep).parameters
+
+    def _rows(self, like: torch.Tensor, n: int) -> torch.Tensor:
+        return self.dev(torch.ones((n,) + tuple(like.shape[2:]), dtype=like.dtype))
+
+    def forward(self, input_ids, params) -> None:
+        from exllamav3.cache.recurrent_util import advance_recurrent_states
+
+        seqlen = self.block                  # the block: anchor + mask rows (DFlashInputLayer builds it from the anchor)
+        states = params["recurrent_states"]
+        for layer in self.layers:
+            k, v = self.cache.get_recurrent_layer((layer.layer_idx, 0)).get_state_tensors()
+            args = (states, k, v, seqlen) + ((params,) if self.share else ())
+            bt, seqlens = layer._decode_state_prep(*args)
+            # the attention kernel's append: row j of each sequence at its table's page for cache_pos + j
+            j = torch.arange(seqlen, device=bt.device, dtype=torch.int32).as_subclass(type(bt))
+            at = seqlens.view(-1, 1) + j.view(1, -1)
+            flat = (bt.gather(1, (at // 256).long()) * 256 + at % 256).view(-1).long()
+            rows = self._rows(k, flat.shape[0])
+            k.view(-1, *k.shape[2:]).index_copy_(0, flat, rows)
+            v.view(-1, *v.shape[2:]).index_copy_(0, flat, rows)
+        advance_recurrent_states(input_ids, params, self.model)    # as Model.forward: by the anchor's one row
+
+    def write_back(self, lengths: list[int], params: dict) -> None:
+        # as dflash_update_kv_from_target: one plan from the first ring layer at the verify's positions
+        states = params["recurrent_states"]
+        layer0 = self.layers[0]
+        plan = layer0.plan_state_rows(states, params["cache_seqlens"].tolist(), lengths, self.block)
+        k_rows = self._rows(self.cache.get_recurrent_layer((layer0.layer_idx, 0)).get_state_tensors()[0],
+                            len(lengths) * self.block).view(len(lengths), self.block, -1, 16)
+        for layer in self.layers:
+            layer.write_state_rows(states, plan, k_rows, k_rows)
+        layer0.commit_state_rows(states, plan)
+
+
+def _table_placement(emb) -> dict:
+    weight = getattr(emb.embedding, "weight", None)
+    return {"is_cuda": bool(weight is not None and weight.is_cuda), "caps": {k: emb.caps.get(k) for k in
+                                                                           ("prefer_cpu", "x_cpu")}}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ reads and writes the pages exactly through the block table and sequence lengths 
 An unbounded oracle keeps the K/V of every absolute position. Each step's output is compared bit for bit with
 attention over the oracle's rows, and its sha256 is reported so stock and patched arms can be compared.
 
-payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "causal": bool,
+payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "static": bool, "causal": bool,
           "device": "cpu"|"cuda", "kernels": "reference"|"real", "quant": [k_bits, v_bits] | null, "grid": bool,
           "head_dim": int (16), "codec": "reference"|"real"}
 "codec": "real" (head_dim a multiple of 32) uses the extension's format instead: upstream's Triton decoder
@@ -32,6 +32,8 @@ from _common import emit, read_payload
 PAYLOAD = read_payload()
 if PAYLOAD.get("ring"):
     os.environ["EXL3_OVL_SWA_RING"] = "1"
+if PAYLOAD.get("static"):
+    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"   # persistent ring step tables (patched)
 REAL_CODEC = PAYLOAD.get("codec") == "real"
 if REAL_CODEC:
     import _qcache_real

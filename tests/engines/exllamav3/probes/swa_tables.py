@@ -1,6 +1,7 @@
 """Probe: per-forward decode prep of every sliding layer of a 3-layer drafter; count H2D uploads.
 
-payload: {"seed": int, "steps": int, "ring": bool, "share": bool, "reuse": bool}; "share" passes the forward's
+payload: {"seed": int, "steps": int, "ring": bool, "static": bool, "share": bool, "reuse": bool}; "static" sets
+EXL3_OVL_SWA_RING_STATIC=1 (persistent step tables); "share" passes the forward's
 params (the patched signature); stock is called without it. "reuse" passes one params dict to every forward (a
 caller that reuses it), instead of a fresh dict per forward as Model.forward's callers in the generator do.
 """
@@ -15,6 +16,8 @@ from _common import emit, read_payload
 PAYLOAD = read_payload()
 if PAYLOAD.get("ring"):
     os.environ["EXL3_OVL_SWA_RING"] = "1"
+if PAYLOAD.get("static"):
+    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"   # persistent ring step tables (patched)
 
 
 def main() -> None:
@@ -60,7 +63,8 @@ def main() -> None:
                 else:
                     bt, seqlens = layer._decode_state_prep(states, k_states, v_states, n)
                 per_layer.append([bt.tolist(), seqlens.tolist()])
-            steps.append({"seqlens": per_layer[0][1], "same_across_layers": all(x == per_layer[0] for x in per_layer),
+            steps.append({"seqlens": per_layer[0][1], "tables": per_layer[0][0],
+                          "same_across_layers": all(x == per_layer[0] for x in per_layer),
                           "wshift": [rs.wshift for rs in states]})
             advance_recurrent_states(torch.zeros(2, n), {"recurrent_states": states}, model)
         emit({"steps": steps, "uploads": uploads, "num_steps": len(steps)})
