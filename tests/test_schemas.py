@@ -92,3 +92,42 @@ def test_rebase_state_report_and_review_report(tmp_path: Path, cli: Cli) -> None
     r = cli(*root, "-q", "review", "demo", "--from", "1.2.0", "--to", "1.3.0", "--to-url", release.as_uri())
     assert r.code == 0, r.err
     _valid("review-report", json.loads((world.root / "build" / "reports" / "demo-review.json").read_text()))
+
+
+def test_the_census_requests_are_worker_requests(tmp_path: Path) -> None:
+    """What the census sends a worker (the real request builder, every variant shape) validates; a task no worker
+    knows does not."""
+    from overlay.check.census import Census, Variant
+    from overlay.check.envs import Arm
+
+    sent: list[Any] = []
+
+    def run(arm: Arm, request: Any) -> dict[str, Any]:
+        sent.append(request)
+        return {
+            "scenario": request["scenario"],
+            "steps": request["steps"],
+            "metrics": {},
+            "sites": {},
+            "notes": [],
+        }
+
+    variants = [
+        Variant(name="plain", model="m"),
+        Variant(name="drafter", model="m", extra=(("draft", "/d"),)),
+        Variant(name="sampled", model="m", extra=(("sampler", {"temp": 0.7, "top_k": 20}),)),
+        Variant(name="ring", model="", extra=(("drafter_layers", "ring"),)),
+    ]
+    census = Census(run, variants=variants, steps=3)
+    arm = Arm(name="stock", engine="demo", venv=tmp_path, wheel=tmp_path / "w.whl", version="1")
+    for v in variants:
+        census.measure(arm, "decode-step", None, v)
+    assert len(sent) == 4
+    for request in sent:
+        _valid("worker-request", request)
+    with pytest.raises(jsonschema.ValidationError):
+        _valid("worker-request", {**sent[0], "task": "train"})
+    with pytest.raises(jsonschema.ValidationError):
+        _valid(
+            "worker-request", {"task": "greedy", "model": "m", "prompts": [[1, 2]], "max_tokens": 4}
+        )  # no out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,6 +18,7 @@ from overlay.check.envs import Arm, Arms, arms_for
 from overlay.engines import get_adapter
 from overlay.errors import ExternalCommandError
 from overlay.progress import NullReporter
+from overlay.schemas.documents import CensusRequest
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes on 2 cores: scripts/test_long.sh
@@ -30,7 +31,7 @@ def arms() -> Arms:
 
 def census(arm: Arm, scenario: str, env: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
-    request = {"task": "census", "model": "", "scenario": scenario, "steps": 3, **extra}
+    request = cast(CensusRequest, {"task": "census", "model": "", "scenario": scenario, "steps": 3, **extra})
     return get_adapter("exllamav3").run(run_arm, request)
 
 

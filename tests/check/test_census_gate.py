@@ -23,6 +23,7 @@ from overlay.check.census import Census, Variant, aggregate, decide, switch_for
 from overlay.check.envs import Arm
 from overlay.core.mechanism import parse_flag
 from overlay.core.series import parse_patch_bytes
+from overlay.schemas.documents import WorkerRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,8 +97,9 @@ class FakeEngine:
         self.table = table
         self.calls: list[tuple[str, dict[str, Any], dict[str, str]]] = []
 
-    def __call__(self, arm: Arm, request: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append((arm.name, request, dict(arm.env)))
+    def __call__(self, arm: Arm, request: WorkerRequest) -> dict[str, Any]:
+        assert request["task"] == "census"
+        self.calls.append((arm.name, dict(request), dict(arm.env)))
         key = (arm.name, ",".join(f"{k}={v}" for k, v in sorted(arm.env.items())))
         if key not in self.table:
             from overlay.errors import ExternalCommandError

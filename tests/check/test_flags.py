@@ -4,7 +4,7 @@ class comes from the patches those flags make active."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -14,6 +14,7 @@ from overlay.check.options import CheckOptions, series_class
 from overlay.check.run import _FlaggedAdapter
 from overlay.core.series import Patch, parse_patch_bytes
 from overlay.errors import UsageError
+from overlay.schemas.documents import WorkerRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,9 +114,10 @@ def test_cli_options_reach_the_patched_arms_requests_only(tmp_path: Path) -> Non
     def mk(name: str) -> Arm:
         return Arm(name=name, engine="demo", venv=tmp_path, wheel=tmp_path / "w.whl", version="1")
 
-    ad.run(mk("stock"), {"task": "greedy"})
-    ad.run(mk("patched"), {"task": "greedy"})
-    ad.run(mk("patched"), {"task": "census", "options": {"--x": None}})  # the census sets its own per patch
+    greedy = cast(WorkerRequest, {"task": "greedy"})
+    ad.run(mk("stock"), greedy)
+    ad.run(mk("patched"), greedy)
+    ad.run(mk("patched"), cast(WorkerRequest, {"task": "census", "options": {"--x": None}}))  # sets its own per patch
     assert rec.requests[0][1] == {"task": "greedy"}
     assert rec.requests[1][1]["options"] == {"--spec-mode": "tree"}
     assert rec.requests[2][1]["options"] == {"--x": None}

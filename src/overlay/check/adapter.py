@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from overlay.check.envs import Arm
 from overlay.progress import Reporter
+from overlay.schemas.documents import WorkerRequest
 
 TASKS = ("greedy", "logits", "spec", "speed", "cold")
 
@@ -40,7 +41,7 @@ class EngineAdapter(Protocol):
                target_kind: str | None = None, draft_kind: str | None = None) -> Models:
         """The checkpoints to use: ``model``/``draft`` when given, else bundled tiny models."""
 
-    def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
         """Run one task request in a fresh process of ``arm``; return its JSON result."""
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:

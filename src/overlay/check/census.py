@@ -25,12 +25,13 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from overlay.check.envs import Arm
 from overlay.core.mechanism import BOOLEAN_METRICS, Flag, Mechanism
 from overlay.core.series import Patch
 from overlay.errors import OverlayError
+from overlay.schemas.documents import CensusRequest, WorkerRequest
 
 TOLERANCE = 1e-6  # absolute, per step: counts are exact integers averaged over the census steps
 # Relative noise floors of the metrics read from an allocator, not counted: which buffers are alive at a high-water
@@ -43,9 +44,11 @@ RELATIVE_TOLERANCE = {"peak-memory": 0.01, "bytes-moved": 0.3}
 def tolerance(metric: str | None, ref: float) -> float:
     """The smallest change of ``metric`` from ``ref`` that counts as a change."""
     return max(TOLERANCE, RELATIVE_TOLERANCE.get(metric or "", 0.0) * abs(ref))
+
+
 DEFAULT_STEPS = 4
 
-RunTask = Callable[[Arm, dict[str, Any]], dict[str, Any]]
+RunTask = Callable[[Arm, WorkerRequest], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,30 @@ class Census:
         """The census result, or ``{"error": why}`` when the task failed."""
         env = dict(switch.env) if switch else {}
         options = dict(switch.options) if switch else {}
-        key = json.dumps([arm.name, str(arm.venv), scenario, sorted(env.items()), sorted(options.items()),
-                          variant.name, variant.model, repr(variant.extra)])
+        key = json.dumps(
+            [
+                arm.name,
+                str(arm.venv),
+                scenario,
+                sorted(env.items()),
+                sorted(options.items()),
+                variant.name,
+                variant.model,
+                repr(variant.extra),
+            ]
+        )
         if key not in self._cache:
             run_arm = dataclasses.replace(arm, env={**arm.env, **env}) if env else arm
-            request: dict[str, Any] = {"task": "census", "model": variant.model, "scenario": scenario,
-                                       "steps": self.steps, **dict(variant.extra)}
+            request = cast(
+                CensusRequest,
+                {
+                    "task": "census",
+                    "model": variant.model,
+                    "scenario": scenario,
+                    "steps": self.steps,
+                    **dict(variant.extra),
+                },
+            )
             if options:
                 request["options"] = options
             try:
@@ -164,8 +185,9 @@ def _against(direction: str, before: Any, after: Any, metric: str | None = None)
     return False
 
 
-def aggregate(direction: str, per_variant: Sequence[dict[str, Any]],
-              metric: str | None = None) -> tuple[bool | None, str]:
+def aggregate(
+    direction: str, per_variant: Sequence[dict[str, Any]], metric: str | None = None
+) -> tuple[bool | None, str]:
     """``holds`` over the census variants: ``unchanged`` must hold in every measured one; a change must show in at
     least one and go the other way in none (a patch may act only on the models whose code it changes)."""
     measured = [v for v in per_variant if v["holds"] is not None]
@@ -183,23 +205,46 @@ def aggregate(direction: str, per_variant: Sequence[dict[str, Any]],
     return True, f"{direction} in {', '.join(good)}"
 
 
-def record_for(patch: Patch, mech: Mechanism, *, census: Census, stock: Arm, patched: Arm,
-               scenarios: Sequence[str], index: int | None = None, prefix_arm: PrefixArm | None = None,
-               cpu_label: Label | None = None) -> dict[str, Any]:
+def record_for(
+    patch: Patch,
+    mech: Mechanism,
+    *,
+    census: Census,
+    stock: Arm,
+    patched: Arm,
+    scenarios: Sequence[str],
+    index: int | None = None,
+    prefix_arm: PrefixArm | None = None,
+    cpu_label: Label | None = None,
+) -> dict[str, Any]:
     """``index``: the patch's 1-based position in the series (needed, with ``prefix_arm``, for an always-on patch)."""
     switch = switch_for(patch.flags)
-    rec: dict[str, Any] = {"patch": patch.name, "metric": mech.metric, "direction": mech.direction,
-                           "scenario": mech.scenario, "declared": mech.text, "flag": switch.text,
-                           "stock": None, "patched": None, "flag_off": None, "holds": None,
-                           "sites": {"stock": [], "patched": []}, "note": None}
+    rec: dict[str, Any] = {
+        "patch": patch.name,
+        "metric": mech.metric,
+        "direction": mech.direction,
+        "scenario": mech.scenario,
+        "declared": mech.text,
+        "flag": switch.text,
+        "stock": None,
+        "patched": None,
+        "flag_off": None,
+        "holds": None,
+        "sites": {"stock": [], "patched": []},
+        "note": None,
+    }
     if mech.scenario not in scenarios:
-        rec["note"] = (f"not measured: this engine's census has no scenario {mech.scenario!r} here "
-                       f"(it runs: {', '.join(scenarios) or 'none'})")
+        rec["note"] = (
+            f"not measured: this engine's census has no scenario {mech.scenario!r} here "
+            f"(it runs: {', '.join(scenarios) or 'none'})"
+        )
         return rec
     if not switch.default:
         baseline = "flag off -> on (the whole series)"
     elif index is not None and prefix_arm is not None:
-        baseline = f"series prefix without -> with it ({prefix_arm(index - 1).name} -> {prefix_arm(index).name})"
+        baseline = (
+            f"series prefix without -> with it ({prefix_arm(index - 1).name} -> {prefix_arm(index).name})"
+        )
     else:
         baseline = "stock -> patched (the whole series)"
     rows: list[dict[str, Any]] = []
@@ -211,22 +256,40 @@ def record_for(patch: Patch, mech: Mechanism, *, census: Census, stock: Arm, pat
         if off is not None:
             pair = (off, p)
         elif index is not None and prefix_arm is not None:
-            pair = (census.measure(prefix_arm(index - 1), mech.scenario, None, variant),
-                    census.measure(prefix_arm(index), mech.scenario, None, variant))
+            pair = (
+                census.measure(prefix_arm(index - 1), mech.scenario, None, variant),
+                census.measure(prefix_arm(index), mech.scenario, None, variant),
+            )
         else:
             pair = (s, p)
-        row: dict[str, Any] = {"variant": variant.name, "stock": None, "patched": None, "flag_off": None,
-                               "before": None, "after": None, "holds": None}
+        row: dict[str, Any] = {
+            "variant": variant.name,
+            "stock": None,
+            "patched": None,
+            "flag_off": None,
+            "before": None,
+            "after": None,
+            "holds": None,
+        }
         # only the judged pair must run; stock or the whole series failing (e.g. a path stock lacks) is noted
-        errors = [f"{name}: {r['error']}" for name, r in (("before", pair[0]), ("after", pair[1])) if r.get("error")]
-        others = [f"{name} cannot run it ({r['error']})" for name, r in (("stock", s), ("patched", p))
-                  if r.get("error") and not any(r is q for q in pair)]
+        errors = [
+            f"{name}: {r['error']}" for name, r in (("before", pair[0]), ("after", pair[1])) if r.get("error")
+        ]
+        others = [
+            f"{name} cannot run it ({r['error']})"
+            for name, r in (("stock", s), ("patched", p))
+            if r.get("error") and not any(r is q for q in pair)
+        ]
         if errors:
             row["note"] = "not measured: the census task failed (" + "; ".join(dict.fromkeys(errors)) + ")"
         else:
-            row.update(stock=_value(s, mech.metric), patched=_value(p, mech.metric),
-                       flag_off=_value(off, mech.metric) if off is not None else None,
-                       before=_value(pair[0], mech.metric), after=_value(pair[1], mech.metric))
+            row.update(
+                stock=_value(s, mech.metric),
+                patched=_value(p, mech.metric),
+                flag_off=_value(off, mech.metric) if off is not None else None,
+                before=_value(pair[0], mech.metric),
+                after=_value(pair[1], mech.metric),
+            )
             row["holds"], why = decide(mech.metric, mech.direction, row["before"], row["after"])
             row["note"] = "; ".join([why if row["holds"] is not None else f"not measured: {why}", *others])
             if cpu_label is not None and row["holds"] is not None:
@@ -240,8 +303,10 @@ def record_for(patch: Patch, mech: Mechanism, *, census: Census, stock: Arm, pat
     rec["baseline"] = baseline
     rec["variants"] = rows
     # the headline numbers: the first variant where the patch moves the metric, else the first measured one
-    pick = next((i for i, r in enumerate(rows) if r["holds"] is not None and r["before"] != r["after"]),
-                next((i for i, r in enumerate(rows) if r["holds"] is not None), 0))
+    pick = next(
+        (i for i, r in enumerate(rows) if r["holds"] is not None and r["before"] != r["after"]),
+        next((i for i, r in enumerate(rows) if r["holds"] is not None), 0),
+    )
     if not rows:
         rec["note"] = f"not measured: no census variant runs {mech.scenario!r}"
         return rec
@@ -249,14 +314,22 @@ def record_for(patch: Patch, mech: Mechanism, *, census: Census, stock: Arm, pat
     for k in ("stock", "patched", "flag_off", "before", "after"):
         rec[k] = r[k]
     rec["variant"] = r["variant"]
-    rec["sites"] = {"stock": (s.get("sites") or {}).get(mech.metric, []),
-                    "patched": (p.get("sites") or {}).get(mech.metric, []),
-                    "before": (b.get("sites") or {}).get(mech.metric, []),
-                    "after": (a.get("sites") or {}).get(mech.metric, [])}
-    rec["detail"] = {"stock": s.get("detail"), "patched": p.get("detail"), "before": b.get("detail"),
-                     "after": a.get("detail")}
+    rec["sites"] = {
+        "stock": (s.get("sites") or {}).get(mech.metric, []),
+        "patched": (p.get("sites") or {}).get(mech.metric, []),
+        "before": (b.get("sites") or {}).get(mech.metric, []),
+        "after": (a.get("sites") or {}).get(mech.metric, []),
+    }
+    rec["detail"] = {
+        "stock": s.get("detail"),
+        "patched": p.get("detail"),
+        "before": b.get("detail"),
+        "after": a.get("detail"),
+    }
     if r["flag_off"] is not None and _is_number(r["flag_off"]) and _is_number(r["stock"]):
-        rec["gated"] = abs(float(r["flag_off"]) - float(r["stock"])) <= tolerance(mech.metric, float(r["stock"]))
+        rec["gated"] = abs(float(r["flag_off"]) - float(r["stock"])) <= tolerance(
+            mech.metric, float(r["stock"])
+        )
     notes = [f"{baseline}: {why}" if holds is not None else f"not measured: {why}"]
     notes += [f"{row['variant']}: {row['note']}" for row in rows if row.get("note")]
     if r.get("label"):
@@ -269,9 +342,18 @@ def record_for(patch: Patch, mech: Mechanism, *, census: Census, stock: Arm, pat
     return rec
 
 
-def census_records(*, patches: Sequence[Patch], census: Census, stock: Arm, patched: Arm,
-                   scenarios: Sequence[str], only: str | None = None, prefix_arm: PrefixArm | None = None,
-                   cpu_label: Label | None = None, unavailable: str | None = None) -> list[dict[str, Any]]:
+def census_records(
+    *,
+    patches: Sequence[Patch],
+    census: Census,
+    stock: Arm,
+    patched: Arm,
+    scenarios: Sequence[str],
+    only: str | None = None,
+    prefix_arm: PrefixArm | None = None,
+    cpu_label: Label | None = None,
+    unavailable: str | None = None,
+) -> list[dict[str, Any]]:
     """One record per declared mechanism of every patch of the series ``patches`` (or of the patch named ``only``)."""
     records: list[dict[str, Any]] = []
     for index, patch in enumerate(patches, start=1):
@@ -279,20 +361,46 @@ def census_records(*, patches: Sequence[Patch], census: Census, stock: Arm, patc
             continue
         for mech in patch.mechanisms:
             if unavailable is not None:
-                records.append({"patch": patch.name, "metric": mech.metric, "direction": mech.direction,
-                                "scenario": mech.scenario, "declared": mech.text, "flag": switch_for(patch.flags).text,
-                                "stock": None, "patched": None, "flag_off": None, "holds": None,
-                                "sites": {"stock": [], "patched": []}, "note": f"not measured: {unavailable}"})
+                records.append(
+                    {
+                        "patch": patch.name,
+                        "metric": mech.metric,
+                        "direction": mech.direction,
+                        "scenario": mech.scenario,
+                        "declared": mech.text,
+                        "flag": switch_for(patch.flags).text,
+                        "stock": None,
+                        "patched": None,
+                        "flag_off": None,
+                        "holds": None,
+                        "sites": {"stock": [], "patched": []},
+                        "note": f"not measured: {unavailable}",
+                    }
+                )
                 continue
-            records.append(record_for(patch, mech, census=census, stock=stock, patched=patched, scenarios=scenarios,
-                                      index=index, prefix_arm=prefix_arm, cpu_label=cpu_label))
+            records.append(
+                record_for(
+                    patch,
+                    mech,
+                    census=census,
+                    stock=stock,
+                    patched=patched,
+                    scenarios=scenarios,
+                    index=index,
+                    prefix_arm=prefix_arm,
+                    cpu_label=cpu_label,
+                )
+            )
     return records
 
 
 def summary(records: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {"declared": len(records), "hold": sum(r["holds"] is True for r in records),
-            "do_not_hold": sum(r["holds"] is False for r in records),
-            "not_measured": sum(r["holds"] is None for r in records)}
+    return {
+        "declared": len(records),
+        "hold": sum(r["holds"] is True for r in records),
+        "do_not_hold": sum(r["holds"] is False for r in records),
+        "not_measured": sum(r["holds"] is None for r in records),
+    }
 
 
 def gates(records: Sequence[dict[str, Any]], *, enforce: bool = True) -> list[dict[str, Any]]:
@@ -300,9 +408,16 @@ def gates(records: Sequence[dict[str, Any]], *, enforce: bool = True) -> list[di
     out = []
     for r in records:
         if r["holds"] is False and enforce:
-            out.append({"subject": r["patch"], "class": "mechanism", "gate": r["declared"], "passed": False,
-                        "detail": f"stock {_fmt(r['stock'])}, patched {_fmt(r['patched'])} (flag {r['flag']}); "
-                                  f"{r['note']}"})
+            out.append(
+                {
+                    "subject": r["patch"],
+                    "class": "mechanism",
+                    "gate": r["declared"],
+                    "passed": False,
+                    "detail": f"stock {_fmt(r['stock'])}, patched {_fmt(r['patched'])} (flag {r['flag']}); "
+                    f"{r['note']}",
+                }
+            )
     return out
 
 
@@ -324,7 +439,10 @@ def top_sites_diff(record: dict[str, Any], top: int = 6) -> list[tuple[str, floa
 def top_primitives_diff(record: dict[str, Any], top: int = 8) -> list[tuple[str, float, float]]:
     """Which primitives moved, from before to after (from the engines that report a histogram in ``detail``)."""
     detail = record.get("detail") or {}
-    hist = [{k: float(v) for k, v in ((detail.get(side) or {}).get("primitives") or [])} for side in ("before", "after")]
+    hist = [
+        {k: float(v) for k, v in ((detail.get(side) or {}).get("primitives") or [])}
+        for side in ("before", "after")
+    ]
     rows = [(k, hist[0].get(k, 0.0), hist[1].get(k, 0.0)) for k in set(hist[0]) | set(hist[1])]
     rows = [r for r in rows if abs(r[2] - r[1]) > TOLERANCE]
     rows.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
@@ -334,6 +452,8 @@ def top_primitives_diff(record: dict[str, Any], top: int = 8) -> list[tuple[str,
 def line(record: dict[str, Any]) -> str:
     """One terminal line per record."""
     verdict = {True: "holds", False: "DOES NOT HOLD", None: "not measured"}[record["holds"]]
-    return (f"mechanism {verdict:<13} {record['patch'][:48]}: {record['declared']} [flag {record['flag']}] "
-            f"stock {_fmt(record['stock'])} patched {_fmt(record['patched'])}"
-            + (f"  ({record['note']})" if record.get("note") else ""))
+    return (
+        f"mechanism {verdict:<13} {record['patch'][:48]}: {record['declared']} [flag {record['flag']}] "
+        f"stock {_fmt(record['stock'])} patched {_fmt(record['patched'])}"
+        + (f"  ({record['note']})" if record.get("note") else "")
+    )

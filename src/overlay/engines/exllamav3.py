@@ -16,6 +16,7 @@ from overlay.core.manifest import load_engine
 from overlay.engines import WORKERS
 from overlay.errors import UsageError
 from overlay.progress import Reporter
+from overlay.schemas.documents import WorkerRequest
 
 CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round")  # workers/exllamav3_census.py
 
@@ -36,7 +37,7 @@ class ExLlamaV3Adapter:
                target_kind: str | None = None, draft_kind: str | None = None) -> Models:
         raise UsageError("exllamav3 models are EXL3 checkpoints built on a GPU machine (scripts/device/exllamav3_check.*)")
 
-    def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
         if request.get("task") == "census":  # CPU: the real generator round code, labelled stand-ins around it
             result: dict[str, Any] = arm.run_json(WORKERS / "exllamav3_census.py", request, timeout=timeout or 900)
             return result

@@ -13,6 +13,7 @@ from overlay.engines import WORKERS
 from overlay.errors import ExternalCommandError, UsageError
 from overlay.paths import layout
 from overlay.progress import Reporter
+from overlay.schemas.documents import WorkerRequest
 
 DEFAULT_TARGET = "llama-target"
 DEFAULT_DRAFT = "llama-draft"
@@ -47,7 +48,7 @@ class MlxLmAdapter:
         real_draft = draft or tinymodels.build(dk, root=root, python=arm.python)
         return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)
 
-    def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
         result: dict[str, Any] = arm.run_json(self.worker, request, timeout=timeout or 1800)
         return result
 

@@ -14,6 +14,7 @@ from overlay.engines import WORKERS
 from overlay.engines.exllamav3 import run_patch_tests
 from overlay.errors import UsageError
 from overlay.progress import Reporter
+from overlay.schemas.documents import WorkerRequest
 
 DEFAULT_TARGET = "llama-target"
 DEFAULT_DRAFT = "llama-draft"
@@ -50,7 +51,7 @@ class SglangAdapter:
         real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)
         return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)
 
-    def run(self, arm: Arm, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
         result: dict[str, Any] = arm.run_json(self.worker, request, timeout=timeout or 3600)
         return result
 

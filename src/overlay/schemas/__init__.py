@@ -75,15 +75,12 @@ def generate(name: str) -> dict[str, Any]:
     """The JSON Schema of document ``name`` (a key of DOCUMENTS)."""
     defs: dict[str, Any] = {}
     root = _schema(DOCUMENTS[name], defs)
+    head = {"$schema": DRAFT, "$id": f"https://overlay.invalid/schemas/{name}.schema.json"}
+    if "$ref" not in root:  # a union of documents (the worker requests): anyOf their definitions
+        return {**head, "title": name, **root, "$defs": dict(sorted(defs.items()))}
     top = root["$ref"].rsplit("/", 1)[1]
     body = defs.pop(top)
-    return {
-        "$schema": DRAFT,
-        "$id": f"https://overlay.invalid/schemas/{name}.schema.json",
-        "title": top,
-        **body,
-        "$defs": dict(sorted(defs.items())),
-    }
+    return {**head, "title": top, **body, "$defs": dict(sorted(defs.items()))}
 
 
 def render(name: str) -> str:

@@ -349,3 +349,79 @@ DOCUMENTS: dict[str, type] = {
     "rebase-report": RebaseReport,
     "review-report": ReviewReport,
 }
+
+
+# ------------------------------------------------------------------ the worker protocol (overlay check <-> an arm)
+# One JSON request on a worker's stdin (src/overlay/engines/workers/*_worker.py, run by the arm's interpreter), one
+# JSON document on its stdout. `options` carries the patched arm's CLI-option flags (overlay check --flags).
+
+Options = dict[str, str | None]
+
+
+class TokenizeRequest(TypedDict):
+    task: Literal["tokenize"]
+    model: str
+    prompts: list[str]
+    options: NotRequired[Options]
+
+
+class GreedyRequest(TypedDict):
+    task: Literal["greedy"]
+    model: str
+    prompts: list[list[int]]
+    max_tokens: int
+    out: str  # a folder the worker writes its per-prompt files into
+    options: NotRequired[Options]
+
+
+class LogitsRequest(TypedDict):
+    task: Literal["logits"]
+    model: str
+    sequences: list[list[int]]
+    vocab_size: int | None
+    out: str
+    options: NotRequired[Options]
+
+
+class SpecRequest(TypedDict):
+    task: Literal["spec"]
+    model: str
+    drafts: dict[str, str]  # label -> drafter checkpoint
+    prompts: list[list[int]]
+    k: int
+    max_tokens: int
+    options: NotRequired[Options]
+
+
+class SpeedRequest(TypedDict):
+    task: Literal["speed"]
+    model: str
+    prompt: list[int]
+    decode_tokens: int
+    options: NotRequired[Options]
+
+
+class ColdRequest(TypedDict):
+    task: Literal["cold"]
+    model: str
+    prompt: list[int]
+    options: NotRequired[Options]
+
+
+class CensusRequest(TypedDict):
+    task: Literal["census"]
+    model: str
+    scenario: str
+    steps: int
+    options: NotRequired[Options]
+    # a census variant's own settings (overlay.check.census.Variant.extra)
+    draft: NotRequired[str]
+    drafter_layers: NotRequired[Literal["ring", "paged"]]
+    sampler: NotRequired[dict[str, Any]]
+
+
+WorkerRequest = (
+    TokenizeRequest | GreedyRequest | LogitsRequest | SpecRequest | SpeedRequest | ColdRequest | CensusRequest
+)
+
+DOCUMENTS["worker-request"] = WorkerRequest  # type: ignore[assignment]
