@@ -12,6 +12,9 @@ Scenarios (bundled tiny models, overlay.check.models, built locally and cached u
 - ``heavy+random`` (drafting cannot pay: the drafter is never right): ``llama-heavy`` with ``llama-draft-random``;
 - ``cheap+random`` (drafting cannot pay, and a wasted cycle costs the most relative to a step): the cheap
   ``llama-target`` with ``llama-draft-random``.
+- ``cheap+self`` (drafting cannot pay: the drafter costs a target step; every draft is right): ``llama-target``
+  drafting for itself, the acceptance reference of a perfect drafter (1.00 at T = 0; with rejection sampling it
+  stays there at T > 0, where exact-match acceptance fell to sum(p^2)).
 
 Each scenario compares stock ``generate_step`` (serial greedy) with patched ``speculative_generate_step(...,
 adaptive_draft=True, num_draft_tokens=3)`` on the same prompts (one per prompt category), and the patched wheel's own
@@ -50,6 +53,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "heavy+mtp": {"target": "qwen3_5-mtp-heavy", "draft": None, "kind": "mtp", "pays": True},
     "heavy+random": {"target": "llama-heavy", "draft": "llama-draft-random", "kind": "model", "pays": False},
     "cheap+random": {"target": "llama-target", "draft": "llama-draft-random", "kind": "model", "pays": False},
+    "cheap+self": {"target": "llama-target", "draft": "llama-target", "kind": "model", "pays": False},
 }
 CATEGORIES = ("code", "prose", "json", "repetitive")
 K = 3

@@ -25,9 +25,10 @@ def stock() -> Arm:
 
 @pytest.fixture(scope="module")
 def model() -> Path:
-    from sglang_support import tiny_model
+    from engines.sglang.sglang_support import tiny_model
 
-    return tiny_model()
+    path: Path = tiny_model()
+    return path
 
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -34,9 +34,11 @@ def test_device_check_dry_run(arms: Arms, tmp_path: Path) -> None:
     assert report["version"] == 1 and report["machine"]["dry_run"] is True
     by_patch = {r["patch"]: r for r in report["results"]}
     assert {r["status"] for r in report["results"]} <= {"ok", "skipped"}
-    for patch in ("0002", "0004", "0005", "0006", "0007", "0008", "0010", "0012", "0013", "0019"):
+    # the series as it is (12 patches; the issue-14 drops are in patches/sglang/DROPPED and have no benchmark)
+    assert set(by_patch) == {"0003", "0004", "0005", "0007", "0008", "0009", "0012"}, sorted(by_patch)
+    for patch in ("0003", "0005", "0007", "0008", "0012"):
         assert by_patch[patch]["status"] == "ok", by_patch[patch]
-    for patch in ("0002", "0004", "0005", "0006", "0007", "0008", "0019"):
+    for patch in ("0003", "0012"):
         assert by_patch[patch]["equal"] is True, by_patch[patch]
-    for patch in ("0009", "0014", "0015"):
+    for patch in ("0004", "0009"):
         assert by_patch[patch]["status"] == "skipped"

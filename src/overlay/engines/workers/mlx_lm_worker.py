@@ -137,8 +137,7 @@ def task_cold(req: dict) -> dict:
     t_import = time.time()
     model, _tok = _load(req["model"])
     t_loaded = time.time()
-    for _tok_, _lp in generate_step(mx.array(req["prompt"]), model, max_tokens=1, sampler=_argmax_sampler(mx)):
-        break
+    next(iter(generate_step(mx.array(req["prompt"]), model, max_tokens=1, sampler=_argmax_sampler(mx))))
     return {"t_start": T_START, "t_import": t_import, "t_loaded": t_loaded, "t_first_token": time.time()}
 
 
@@ -357,7 +356,7 @@ class _Census:
         for meth in ("item", "tolist", "__bool__", "__int__", "__float__"):
             real = getattr(mx.array, meth)
 
-            def hooked(self_, *a, _real=real, _kind=meth.strip("_"), **k):
+            def hooked(self_, *a, _real=real, _kind=meth.strip("_"), **k):  # noqa: B008 (bound per method)
                 site = census.materialise(_kind, [self_])
                 return census.evaluate(site, lambda: _real(self_, *a, **k))
 

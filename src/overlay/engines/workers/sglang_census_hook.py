@@ -29,7 +29,7 @@ _STATE: dict[str, Any] = {}
 
 
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
-    read: set[str] = set()
+    read: set[str] = set()  # noqa: RUF012 (shared by every instance on purpose)
     active = False
 
     def __getitem__(self, key: str) -> str:

@@ -74,29 +74,6 @@ def tl(x: Any) -> Any:
 
 
 @case
-def case_pinned_lens() -> dict[str, Any]:
-    staging_cls = optional("sglang.srt.speculative.eagle_utils", "HostLensStaging")
-    g = torch.Generator().manual_seed(1)
-    steps = []
-    for n in [1, 1, 3, 8, 1, 70, 2, 5, 5, 1, 130, 1]:
-        cur = torch.randint(1, 4000, (n,), generator=g).tolist()
-        nxt = [c + int(torch.randint(1, 9, (1,), generator=g)) for c in cur]
-        steps.append((cur, nxt))
-    ref, new = [], []
-    staging = staging_cls(depth=3, min_width=4) if staging_cls is not None else None
-    for cur, nxt in steps:
-        cur_cpu = torch.tensor(cur, dtype=torch.int32, device="cpu")
-        nxt_cpu = torch.tensor(nxt, dtype=torch.int32, device="cpu")
-        # the stock copies (device == cpu here)
-        ref.append([tl(cur_cpu.to(device="cpu", non_blocking=True)), tl(nxt_cpu.to(device="cpu", non_blocking=True))])
-        if staging is not None:
-            a, b = staging.stage(cur_cpu, nxt_cpu, "cpu")
-            new.append([tl(a), tl(b), str(a.dtype), str(b.dtype)])
-    # results of earlier steps must survive later stagings (ring reuse must not alias them)
-    return {"ref": [r + ["torch.int32", "torch.int32"] for r in ref], "new": new or None}
-
-
-@case
 def case_pp_tail() -> dict[str, Any]:
     fn = optional("sglang.srt.speculative.eagle_worker_v2", "pp_tail_host_seq_lens")
     seq = torch.tensor([17, 3, 250, 9], dtype=torch.int64)
@@ -113,180 +90,7 @@ def case_pp_tail() -> dict[str, Any]:
     return {"ref": ref, "new": out}
 
 
-@case
-def case_stream_ordered_gate() -> dict[str, Any]:
-    import itertools
-
-    fn = optional("sglang.srt.managers.overlap_utils", "use_stream_ordered_seq_lens")
-    combos = list(itertools.product([False, True], repeat=3))
-    # the stock inline scheduler gate: _is_hip and no confidence relay and not needs_cpu_seq_lens
-    ref = {f"{h}{c}{n}": h and not c and not n for h, c, n in combos}
-    if fn is None:
-        return {"ref": ref, "new": None}
-    out = {}
-    for flag in ("0", "1"):
-        with flags(SGLANG_OPT_STREAM_ORDERED_SEQ_LENS=flag):
-            out[flag] = {
-                f"{h}{c}{n}": fn(is_hip=h, confidence_relay=c, needs_cpu_seq_lens=n) for h, c, n in combos
-            }
-    return {"ref": ref, "new": out}
-
-
 # --- cuda-graph -------------------------------------------------------------------------------------------------
-
-
-@case
-def case_draft_topk1_select() -> dict[str, Any]:
-    fn = optional("sglang.srt.speculative.eagle_utils", "draft_topk1_select")
-    g = torch.Generator().manual_seed(2)
-    ref, new = [], []
-    for bs in (1, 2, 7):
-        logits = torch.randint(-3, 4, (bs, 512), generator=g).float()  # many ties
-        index = torch.argmax(logits, dim=-1, keepdim=True)
-        ref.append([tl(torch.ones_like(index, dtype=torch.float32)), tl(index)])
-        if fn is not None:
-            p, i = fn(logits)
-            new.append([tl(p), tl(i)])
-    return {"ref": ref, "new": new or None}
-
-
-def _chain_inputs(bs: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    target = torch.randint(0, 50, (bs, n), generator=g)
-    candidates = torch.randint(0, 50, (bs, n), generator=g)
-    for b in range(bs):
-        keep = int(torch.randint(0, n, (1,), generator=g))  # accept this many drafts by construction
-        for j in range(1, keep + 1):
-            candidates[b, j] = target[b, j - 1]
-    return candidates, target
-
-
-@case
-def case_chain_verify() -> dict[str, Any]:
-    from sglang.kernels.ops.speculative import spec_tree
-
-    fn = optional("sglang.srt.speculative.eagle_utils", "verify_chain_greedy")
-    ref, triton_ref, new = [], [], []
-    for bs, n, seed in ((1, 2, 0), (1, 4, 1), (3, 4, 2), (8, 4, 3), (4, 6, 4)):
-        candidates, target = _chain_inputs(bs, n, seed)
-        node = torch.arange(n)
-        retrieve_index = torch.arange(bs).unsqueeze(1) * n + node
-        next_token = torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous()
-        sibling = torch.full((bs, n), -1, dtype=torch.long)
-        outs = []
-        for impl in (spec_tree.verify_tree_greedy_func, spec_tree.verify_tree_greedy_triton):
-            predict = torch.zeros(bs * n, dtype=torch.int32)
-            accept_index = torch.full((bs, n), -1, dtype=torch.int32)
-            num = torch.empty(bs, dtype=torch.int32)
-            impl(
-                predict, accept_index, num, candidates, retrieve_index, next_token, sibling, target
-            )
-            outs.append(tl([predict, accept_index, num]))
-        ref.append(outs[0])
-        triton_ref.append(outs[1])
-        if fn is not None:
-            new.append(tl(list(fn(candidates, target, retrieve_index, n))))
-    return {"ref": ref, "triton_ref": triton_ref, "new": new or None}
-
-
-@case
-def case_chain_tree() -> dict[str, Any]:
-    from sglang.kernels.ops.speculative import spec_tree
-    from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode
-
-    eagle_utils = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
-    ref, triton_ref, new = [], [], []
-    g = torch.Generator().manual_seed(5)
-    for bs, steps in ((1, 1), (1, 3), (3, 3), (6, 2)):
-        n = steps + 1
-        seq_lens = torch.randint(1, 40, (bs,), generator=g)
-        parent_list = torch.tensor([-1] + list(range(steps - 1)) if steps > 1 else [], dtype=torch.long)
-        parent_list = parent_list.expand(bs, -1).contiguous() if steps > 1 else torch.empty(bs, 0, dtype=torch.long)
-        top_scores_index = torch.arange(steps).expand(bs, steps).contiguous()
-        bonus = torch.randint(0, 100, (bs,), generator=g)
-        drafts = torch.randint(0, 100, (bs, steps), generator=g)
-        for mode in (TreeMaskMode.FULL_MASK, TreeMaskMode.QLEN_ONLY):
-            args = (bonus, parent_list, top_scores_index, drafts, seq_lens, int(seq_lens.sum()), 1, steps, n)
-            with flags(SGLANG_OPT_CHAIN_TREE="0"):
-                ref.append(tl(list(eagle_utils.build_tree_kernel_efficient(*args, tree_mask_mode=mode))))
-            # upstream's Triton tree kernel (the XPU path), through the interpreter
-            tree_mask = (
-                torch.full((int(seq_lens.sum()) * n + n * n * bs,), True)
-                if mode == TreeMaskMode.FULL_MASK
-                else torch.full((n * n * bs,), True)
-            )
-            retrieve = torch.full((3, bs, n), -1, dtype=torch.long)
-            positions = torch.empty(bs * n, dtype=torch.long)
-            spec_tree.sgl_build_tree_kernel_triton(
-                parent_list, top_scores_index, seq_lens, tree_mask, positions, retrieve[0], retrieve[1],
-                retrieve[2], 1, steps, n, mode,
-            )
-            triton_ref.append(
-                tl([tree_mask, positions, retrieve[0], retrieve[1], retrieve[2], torch.cat([bonus[:, None], drafts], 1).flatten()])
-            )
-            if hasattr(eagle_utils, "build_chain_tree"):
-                with flags(SGLANG_OPT_CHAIN_TREE="1"):
-                    new.append(tl(list(eagle_utils.build_tree_kernel_efficient(*args, tree_mask_mode=mode))))
-    return {"ref": ref, "triton_ref": triton_ref, "new": new or None}
-
-
-@case
-def case_chain_tree_verify_mask() -> dict[str, Any]:
-    """0005 in the engine's draft tail: ``build_eagle_verify_input`` with the target attention backend owning a
-    ``VerifyMask`` allocated for ``max_bs`` (as FA3/FlashMLA/trtllm-MLA do, via ``maybe_create_verify_mask``) and a
-    smaller batch; the PP relay rebuild takes the same ``tree_mask_buf`` branch."""
-    from types import SimpleNamespace
-
-    from sglang.kernels.ops.speculative.spec_tree import TreeMaskMode
-    from sglang.srt.layers.attention.verify_mask import VerifyMask, maybe_create_verify_mask, tree_mask_numel
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.speculative import eagle_worker_common as ewc
-
-    eu = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
-    steps, max_bs, ctx = 3, 8, 64
-    n = steps + 1
-
-    def masks() -> dict[str, VerifyMask]:
-        qlen = maybe_create_verify_mask(is_draft_runner=False, skip_prefill=False, max_bs=max_bs,
-                                        max_context_len=ctx, num_draft_tokens=n, device="cpu", is_read=False)
-        assert qlen is not None and qlen.mode == TreeMaskMode.QLEN_ONLY
-        full = VerifyMask(buffer=torch.zeros(tree_mask_numel(TreeMaskMode.FULL_MASK, max_bs, n, ctx), dtype=torch.bool),
-                          mode=TreeMaskMode.FULL_MASK, max_bs=max_bs, is_read=True)
-        return {"qlen_only": qlen, "full_mask": full}
-
-    def run(mask: VerifyMask, bs: int, seed: int) -> Any:
-        gen = torch.Generator().manual_seed(seed)
-        seq_lens = torch.randint(1, ctx - n, (bs,), generator=gen)
-        batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, seq_lens=seq_lens, seq_lens_sum=None)
-        backend = SimpleNamespace(verify_mask=mask, max_context_len=ctx)
-        worker = SimpleNamespace(model_runner=SimpleNamespace(attn_backend=backend))
-        draft_input = SimpleNamespace(bonus_tokens=torch.randint(0, 100, (bs,), generator=gen))
-        parent_list = torch.tensor([-1] + list(range(steps - 1))).expand(bs, -1).contiguous()
-        top_scores_index = torch.arange(steps).expand(bs, steps).contiguous()
-        drafts = torch.randint(0, 100, (bs, steps), generator=gen)
-        try:
-            v = ewc.build_eagle_verify_input(
-                batch, draft_input, parent_list, top_scores_index, drafts, None, target_worker=worker, topk=1,
-                num_steps=steps, num_draft_tokens=n, tree_mask_mode=mask.mode, device="cpu",
-            )
-        except Exception as exc:
-            return f"{type(exc).__name__}: {str(exc)[:160]}"
-        return tl([v.custom_mask, v.positions, v.retrieve_index, v.retrieve_next_token, v.retrieve_next_sibling,
-                   v.draft_token])
-
-    out: dict[str, Any] = {"ref": {}, "new": None}
-    shapes = [(1, 30), (3, 31), (max_bs, 32)]  # bs < max_bs (the crash), and the exact fit
-    for name in ("qlen_only", "full_mask"):
-        for bs, seed in shapes:
-            with flags(SGLANG_OPT_CHAIN_TREE="0"):
-                out["ref"][f"{name}/bs{bs}"] = run(masks()[name], bs, seed)
-    if hasattr(eu, "build_chain_tree"):
-        out["new"] = {}
-        for name in ("qlen_only", "full_mask"):
-            for bs, seed in shapes:
-                with flags(SGLANG_OPT_CHAIN_TREE="1"):
-                    out["new"][f"{name}/bs{bs}"] = run(masks()[name], bs, seed)
-    return out
 
 
 class _GreedyInfo:
@@ -298,7 +102,51 @@ class _GreedyInfo:
     has_watermark_candidates = False
 
 
-# 0018 with --speculative-adaptive: the startup target verify graph runner (3 steps: draft width 4) and the runners
+class _Launches:
+    """Ops that would be kernel launches on a GPU, as the mechanism census counts them (views and allocation-only ops
+    excluded; ``verify_tree_greedy_func`` is one kernel on CUDA, so its call counts once and what the CPU stand-in
+    does inside is not counted). ``ops``: the op names in order."""
+
+    _NO_KERNEL = {  # noqa: RUF012 (a constant table)"detach", "lift_fresh", "alias", "empty", "empty_strided", "empty_like", "new_empty",
+                  "_local_scalar_dense", "set_", "resize_", "is_nonzero", "scalar_tensor"}
+
+    def __init__(self, eu: Any) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+        self.ops: list[str] = []
+        self._eu, self._depth = eu, 0
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                name = func.overloadpacket.__name__
+                if not counter._depth and not func.is_view and name not in counter._NO_KERNEL:
+                    counter.ops.append(name)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Mode()
+
+    def __enter__(self) -> _Launches:
+        stock = self._saved = self._eu.verify_tree_greedy_func
+
+        def one_kernel(*args: Any, **kwargs: Any) -> Any:
+            self.ops.append("verify_tree_greedy")
+            self._depth += 1
+            try:
+                return stock(*args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        self._eu.verify_tree_greedy_func = one_kernel
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        self._eu.verify_tree_greedy_func = self._saved
+
+
+# 0012 with --speculative-adaptive: the startup target verify graph runner (3 steps: draft width 4) and the runners
 # build_adaptive_runtime_state captures for other step counts through the same capture_tail_hooks (2 steps: width 3;
 # 5 steps: width 6), each with its own graph batch sizes.
 _VERIFY_RUNNERS = {"steps3": (4, (1, 4, 8)), "steps2": (3, (1, 4)), "steps5": (6, (4,))}
@@ -320,7 +168,7 @@ def _verify_step_inputs(n: int, graph_bs: int, seed: int, vocab: int = 512) -> t
 
 @case
 def case_graph_verify_epilogue() -> dict[str, Any]:
-    """0018 in the engine's order: the epilogue registered as the worker does, every target verify graph of every
+    """0012 in the engine's order: the epilogue registered as the worker does, every target verify graph of every
     adaptive runner captured through ``capture_tail_hooks`` (as ``capture_one_shape`` calls them), then per step:
     the current runner swapped (``apply_runtime_state``), its graph replayed (the captured hooks run again on the
     step's padded inputs), ``attach_graph_verify_outputs`` (run_eagle_verify) and the real ``eagle_sample``. Stock
@@ -350,25 +198,33 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
                                sampling_info=_GreedyInfo(), return_logprob=False,
                                req_pool_indices=torch.arange(bs))
 
-    def sample(logits: torch.Tensor, input_ids: torch.Tensor, bs: int, n: int, out: Any = None) -> Any:
+    def sample(logits: torch.Tensor, input_ids: torch.Tensor, bs: int, n: int, out: Any = None,
+               attach: Any = None) -> tuple[Any, list[str]]:
+        """The real eagle_sample (after ``attach``, run_eagle_verify's step, when given); returns its outputs and the
+        launches of that eager work (what runs between the verify replay and the commit)."""
         out = out or LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
+        spec_input, spec_batch = verify_input(input_ids, bs, n), batch(bs)
         # a unit process publishes no server args: eagle_sample reads only these two spec settings
         saved, eu.get_spec = eu.get_spec, lambda: SimpleNamespace(
             speculative_use_rejection_sampling=False, speculative_use_block_verification=False)
         try:
-            predict, accept_lens, accept_index = eu.eagle_sample(verify_input(input_ids, bs, n), batch(bs), out)
+            with _Launches(eu) as count:
+                if attach is not None:
+                    attach(out, spec_input)
+                predict, accept_lens, accept_index = eu.eagle_sample(spec_input, spec_batch, out)
         finally:
             eu.get_spec = saved
-        return tl([predict, accept_lens, accept_index])
+        return tl([predict, accept_lens, accept_index]), count.ops
 
-    ref = []
+    ref, ref_launches = [], []
     for i, (name, graph_bs, bs) in enumerate(_VERIFY_STEPS):
         n = _VERIFY_RUNNERS[name][0] if name else 4
         logits, input_ids = _verify_step_inputs(n, max(graph_bs, bs), 100 + i)
-        with flags(SGLANG_OPT_CHAIN_GREEDY_VERIFY="0"):
-            ref.append(sample(logits, input_ids, bs, n))
+        result, ops = sample(logits, input_ids, bs, n)
+        ref.append(result)
+        ref_launches.append(ops)
     if not hasattr(eu, "ChainGreedyVerifyEpilogue"):
-        return {"ref": ref, "new": None}
+        return {"ref": ref, "new": None, "eager_launches": ref_launches}
 
     epilogue = eu.ChainGreedyVerifyEpilogue(4, 8, "cpu")  # registered at startup: 3 steps, max_bs 8
     model_runner = SimpleNamespace(is_draft_worker=False, chain_verify_epilogue=epilogue,
@@ -384,11 +240,14 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
         for hook in model_runner.capture_tail_hooks:
             hook(runner, LogitsProcessorOutput(next_token_logits=logits), fb, graph_bs * n)
 
+    captured = []  # ops the hooks add to each captured graph
     for seed, (name, (n, sizes)) in enumerate(_VERIFY_RUNNERS.items()):  # capture (warmup inputs)
         for size in sizes:
             logits, input_ids = _verify_step_inputs(n, size, 900 + 10 * seed + size)
-            run_tail_hooks(runners[name], logits, input_ids, size, n)
-    new, used = [], []
+            with _Launches(eu) as count:
+                run_tail_hooks(runners[name], logits, input_ids, size, n)
+            captured.append(count.ops)
+    new, used, launches = [], [], []
     for i, (name, graph_bs, bs) in enumerate(_VERIFY_STEPS):
         n = _VERIFY_RUNNERS[name][0] if name else 4
         logits, input_ids = _verify_step_inputs(n, max(graph_bs, bs), 100 + i)
@@ -397,9 +256,12 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
             runner.bs = graph_bs
             run_tail_hooks(runner, logits, input_ids, graph_bs, n)  # the replay re-runs the captured tail
         out = LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
-        eu.attach_graph_verify_outputs(model_runner, out, verify_input(input_ids, bs, n), bs, name is not None)
+        replayed = name is not None
+        result, ops = sample(logits, input_ids, bs, n, out, attach=lambda o, vi, bs=bs, replayed=replayed: (
+            eu.attach_graph_verify_outputs(model_runner, o, vi, bs, replayed)))
+        new.append(result)
         used.append(getattr(out, "graph_verify_outputs", None) is not None)
-        new.append(sample(logits, input_ids, bs, n, out))
+        launches.append(ops)
     usable = {"plain": eu.graph_verify_usable(_GreedyInfo(), None, None)}
     for attr, value in (("is_all_greedy", False), ("acc_additive_penalties", torch.zeros(1)),
                         ("acc_scaling_penalties", torch.ones(1)), ("logit_bias", torch.zeros(1)),
@@ -411,7 +273,8 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
     wm = _GreedyInfo()
     wm.has_watermark_candidates = True
     usable["watermark"] = eu.graph_verify_usable(wm, None, object())
-    return {"ref": ref, "new": new, "graph_used": used, "usable": usable}
+    return {"ref": ref, "new": new, "graph_used": used, "usable": usable, "eager_launches": launches,
+            "graph_launches": captured}
 
 
 # --- sampling-fusion --------------------------------------------------------------------------------------------
@@ -454,43 +317,6 @@ def case_temperature_softmax() -> dict[str, Any]:
         "splits": splits,
         "new": True,
     }
-
-
-class _FakeSamplingInfo:
-    def __init__(self, temps: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor) -> None:
-        self.temperatures = temps
-        self.top_ks = top_ks
-        self.top_ps = top_ps
-        self.need_top_k_sampling = True
-        self.need_top_p_sampling = True
-
-
-@case
-def case_verify_probs() -> dict[str, Any]:
-    fn = optional("sglang.srt.speculative.eagle_utils", "expand_verify_sampling_params")
-    info = _FakeSamplingInfo(
-        torch.tensor([[0.7], [1.0], [0.2]]), torch.tensor([5, 1, 40], dtype=torch.int32), torch.tensor([0.9, 1.0, 0.5])
-    )
-    n = 4
-    ref = [tl(torch.repeat_interleave(x, n, dim=0)) for x in (info.temperatures, info.top_ks, info.top_ps)]
-    if fn is None:
-        return {"ref": ref, "new": None}
-    out: dict[str, Any] = {}
-    with flags(SGLANG_OPT_CACHE_VERIFY_SAMPLING_PARAMS="0"):
-        out["flag_off"] = tl(list(fn(info, n)))
-    with flags(SGLANG_OPT_CACHE_VERIFY_SAMPLING_PARAMS="1"):
-        first = fn(info, n)
-        second = fn(info, n)
-        out["flag_on"] = tl(list(first))
-        out["cache_hit"] = all(a is b for a, b in zip(first, second))
-        info.temperatures.mul_(2.0)  # in-place update must invalidate
-        third = fn(info, n)
-        out["after_inplace"] = tl(third[0])
-        out["inplace_expected"] = tl(torch.repeat_interleave(info.temperatures, n, dim=0))
-        info.top_ps = torch.tensor([0.1, 0.2, 0.3])  # replaced tensor must invalidate
-        out["after_replace"] = tl(fn(info, n)[2])
-        out["replace_expected"] = tl(torch.repeat_interleave(info.top_ps, n, dim=0))
-    return {"ref": ref, "new": out}
 
 
 def _broadcast_worker(rank: int, world: int, store_dir: str, out_dir: str) -> None:
@@ -714,7 +540,7 @@ class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
 
 @case
 def case_fp8_lm_head() -> dict[str, Any]:
-    """0011 through the real LogitsProcessor._compute_lm_head on the tiny llama's lm_head weight: stock (flag off)
+    """0007 through the real LogitsProcessor._compute_lm_head on the tiny llama's lm_head weight: stock (flag off)
     vs the FP8 copy made by prepare_fp8_lm_heads as ModelRunner.initialize makes it."""
     weight = _tiny_lm_head_weight()
     g = torch.Generator().manual_seed(9)
@@ -759,7 +585,7 @@ def case_fp8_lm_head() -> dict[str, Any]:
 
 @case
 def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
-    """0011: when the copy is made and what it costs (live storage bytes under a dispatch mode), the fp32-output
+    """0007: when the copy is made and what it costs (live storage bytes under a dispatch mode), the fp32-output
     contract of _compute_lm_head, and an online weight update through upstream's update_weights_from_tensor."""
     import ast
     import inspect
@@ -893,7 +719,7 @@ def _deep_gemm_layout_helpers() -> Iterator[None]:
 
 @case
 def case_splitk_ue8m0_scales() -> dict[str, Any]:
-    """0012 with the scales the linear really receives on SM100 + DeepGEMM from a checkpoint whose scales are not
+    """0008 with the scales the linear really receives on SM100 + DeepGEMM from a checkpoint whose scales are not
     UE8M0: ``process_weights_after_loading`` requants them with upstream ``requant_weight_ue8m0`` into packed int32
     (N, K/512), and ``dispatch_w8a8_block_fp8_linear(act_scale_ue8m0=False)`` builds the linear that gets them. The
     stock linear (DeepGEMM with its Triton fallback, which unpacks the int32 layout) is stood in by upstream's own
@@ -973,7 +799,7 @@ def _exact_splitk_inputs(m: int, n: int, k: int, g: torch.Generator) -> tuple[to
 
 @case
 def case_splitk_triton_interp() -> dict[str, Any]:
-    """0012's Triton kernel itself, through the interpreter (TRITON_INTERPRET=1), vs its torch reference and float64.
+    """0008's Triton kernel itself, through the interpreter (TRITON_INTERPRET=1), vs its torch reference and float64.
     The Triton 3.7 interpreter gets bf16 ``tl.dot`` wrong, so the kernel also runs from an exact-dot copy of its
     source: the two ``.to(tl.bfloat16)`` casts of E4M3 operands become ``.to(tl.float32)`` (every E4M3 value is
     exact in both types, so the copy computes the same products)."""
@@ -1122,25 +948,6 @@ def case_fused_norm_quant() -> dict[str, Any]:
             "deepgemm_layout_ok": bool(layout_ok),
         },
     }
-
-
-@case
-def case_nextn_ar_fusion() -> dict[str, Any]:
-    import itertools
-
-    fn = optional("sglang.srt.models.deepseek_v2", "layer_uses_cutedsl_fusion")
-    combos = list(itertools.product([False, True], repeat=3))
-    # the stock inline gate: not enable_prefill_cp and not is_nextn and _use_mnnvl_cutedsl_fusion()
-    ref = {f"{a}{b}{c}": (not b) and (not a) and c for a, b, c in combos}
-    if fn is None:
-        return {"ref": ref, "new": None}
-    out = {}
-    for flag in ("0", "1"):
-        with flags(SGLANG_OPT_NEXTN_AR_FUSION=flag):
-            out[flag] = {
-                f"{a}{b}{c}": fn(is_nextn=a, enable_prefill_cp=b, cutedsl_available=c) for a, b, c in combos
-            }
-    return {"ref": ref, "new": out}
 
 
 # --- mtp --------------------------------------------------------------------------------------------------------
