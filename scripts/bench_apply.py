@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-CHILD = r'''
+CHILD = r"""
 import io, json, resource, sys, time, zipfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
@@ -63,15 +63,19 @@ elif arm == "all":
     apply_all(root=root, engine=engine, out_dir=out, offline=True, allow_unlinted=True)
 elapsed = time.perf_counter() - t0 if arm != "baseline" else 0.0
 print(json.dumps({"s": elapsed, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-'''
+"""
 
 ARMS = ("stream", "unpack", "bare", "all")
 
 
 def run(arm: str, engine: str, out: Path) -> dict[str, float]:
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", CHILD, arm, engine, str(out), str(REPO / "src")],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, arm, engine, str(out), str(REPO / "src")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{arm} failed: {proc.stderr[-2000:]}")
     result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -104,17 +108,25 @@ def main() -> int:
     from overlay.core.fetch import cached_path
 
     size = cached_path(REPO, wheel).stat().st_size / 1e6
-    print(f"engine: {args.engine}  wheel: {wheel.filename} ({size:.1f} MB), {n_wheels} pinned wheels, "
-          f"{args.reps} interleaved reps, each arm in a fresh interpreter (import-only peak RSS {base['rss_mb']:.0f} MB)")
+    print(
+        f"engine: {args.engine}  wheel: {wheel.filename} ({size:.1f} MB), {n_wheels} pinned wheels, "
+        f"{args.reps} interleaved reps, each arm in a fresh interpreter (import-only peak RSS {base['rss_mb']:.0f} MB)"
+    )
     print("| arm | median s | min s | max s | peak RSS MB |")
     print("| --- | --- | --- | --- | --- |")
-    labels = {"stream": "overlay apply --artifact primary (streaming)", "unpack": "in-memory path (before)",
-              "bare": "bare unzip + re-zip", "all": f"overlay apply, every artifact ({n_wheels})"}
+    labels = {
+        "stream": "overlay apply --artifact primary (streaming)",
+        "unpack": "in-memory path (before)",
+        "bare": "bare unzip + re-zip",
+        "all": f"overlay apply, every artifact ({n_wheels})",
+    }
     for arm in ARMS:
         ts = [r["s"] for r in results[arm]]
         print(f"| {labels[arm]} | {med[arm]:.2f} | {min(ts):.2f} | {max(ts):.2f} | {rss[arm]:.0f} |")
-    print(f"ratio apply/bare: {med['stream'] / med['bare']:.2f}x (target <= 0.50x); before: "
-          f"{med['unpack'] / med['bare']:.2f}x")
+    print(
+        f"ratio apply/bare: {med['stream'] / med['bare']:.2f}x (target <= 0.50x); before: "
+        f"{med['unpack'] / med['bare']:.2f}x"
+    )
     print(f"every artifact / one: {med['all'] / med['stream']:.2f}x (target < 2x)")
     return 0
 

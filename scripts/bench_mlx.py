@@ -92,11 +92,26 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _measure(arm: Arm, sc: dict[str, Any], modes: list[str], models: dict[str, str], prompts: list[str],
-             tokens: int, temp: float = 0.0) -> dict[str, dict[str, Any]]:
-    payload = {"target": models[sc["target"]], "draft": models[sc["draft"]] if sc["draft"] else None,
-               "modes": modes, "draft_kind": sc["kind"], "k": K, "prompts": prompts, "max_tokens": tokens,
-               "warmup_tokens": 16, "temp": temp}
+def _measure(
+    arm: Arm,
+    sc: dict[str, Any],
+    modes: list[str],
+    models: dict[str, str],
+    prompts: list[str],
+    tokens: int,
+    temp: float = 0.0,
+) -> dict[str, dict[str, Any]]:
+    payload = {
+        "target": models[sc["target"]],
+        "draft": models[sc["draft"]] if sc["draft"] else None,
+        "modes": modes,
+        "draft_kind": sc["kind"],
+        "k": K,
+        "prompts": prompts,
+        "max_tokens": tokens,
+        "warmup_tokens": 16,
+        "temp": temp,
+    }
     result: dict[str, Any] = arm.run_json(PROBE, payload, timeout=3600)
     return {mode: _summary(v["runs"]) for mode, v in result["modes"].items()}
 
@@ -121,9 +136,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"model: {kind}", file=sys.stderr, flush=True)
         models[kind] = str(tinymodels.build(kind, root=REPO, python=arms.stock.python))
     prompts = [tinymodels.PROMPTS[c][0] for c in CATEGORIES]
-    report: dict[str, Any] = {"version": 1, "tokens": args.tokens, "reps": args.reps, "k_max": K, "temp": args.temp,
-                              "prompts": prompts, "arms": {a.name: a.version for a in (arms.stock, arms.patched)},
-                              "scenarios": {}}
+    report: dict[str, Any] = {
+        "version": 1,
+        "tokens": args.tokens,
+        "reps": args.reps,
+        "k_max": K,
+        "temp": args.temp,
+        "prompts": prompts,
+        "arms": {a.name: a.version for a in (arms.stock, arms.patched)},
+        "scenarios": {},
+    }
     for name in names:
         sc = SCENARIOS[name]
         modes = _modes(sc, args.fixed)
@@ -131,23 +153,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for rep in range(args.reps):
             order = ["stock", "patched"] if rep % 2 == 0 else ["patched", "stock"]
             for arm_name in order:
-                print(f"bench: {name} rep {rep + 1}/{args.reps} {arm_name} {'+'.join(modes[arm_name])}",
-                      file=sys.stderr, flush=True)
-                for mode, summary in _measure(by_name[arm_name], sc, modes[arm_name], models, prompts,
-                                              args.tokens, args.temp).items():
+                print(
+                    f"bench: {name} rep {rep + 1}/{args.reps} {arm_name} {'+'.join(modes[arm_name])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for mode, summary in _measure(
+                    by_name[arm_name], sc, modes[arm_name], models, prompts, args.tokens, args.temp
+                ).items():
                     samples[f"{arm_name}/{mode}"].append(summary)
         ref = samples["stock/serial"]
         own = samples["patched/serial"]
-        entry: dict[str, Any] = {"pays": sc["pays"], "models": {k: sc[k] for k in ("target", "draft", "kind")},
-                                 "configs": {}}
+        entry: dict[str, Any] = {
+            "pays": sc["pays"],
+            "models": {k: sc[k] for k in ("target", "draft", "kind")},
+            "configs": {},
+        }
         for key, vals in samples.items():
             row: dict[str, Any] = {
                 "tok_s": statistics.median(v["tok_s"] for v in vals),
                 "cpu_tok_s": statistics.median(v["cpu_tok_s"] for v in vals),
                 "ratio": _ratio(vals, ref, "tok_s"),
                 "cpu_ratio": _ratio(vals, ref, "cpu_tok_s"),
-                "identical": all(v["tokens"] == r["tokens"] and v["text"] == r["text"]
-                                 for v, r in zip(vals, ref, strict=True)),
+                "identical": all(
+                    v["tokens"] == r["tokens"] and v["text"] == r["text"]
+                    for v, r in zip(vals, ref, strict=True)
+                ),
             }
             if key.startswith("patched/"):
                 # Same process, same moments (modes interleaved prompt by prompt): a tight comparison.
@@ -163,29 +194,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         entry["target"] = target
         # Where drafting cannot pay, also against the patched wheel's own serial decoding: the other patches of
         # the series make every step faster, which must not hide what drafting costs.
-        entry["met"] = adaptive["ratio"]["median"] >= target and (adaptive["identical"] or args.temp > 0) and (
-            sc["pays"] or adaptive["ratio_vs_patched_serial"]["median"] >= target)
+        entry["met"] = (
+            adaptive["ratio"]["median"] >= target
+            and (adaptive["identical"] or args.temp > 0)
+            and (sc["pays"] or adaptive["ratio_vs_patched_serial"]["median"] >= target)
+        )
         report["scenarios"][name] = entry
     return report
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(f"mlx-lm speculative decoding: stock serial vs patched (k_max {report['k_max']}, "
-          f"{report['tokens']} tokens x {len(report['prompts'])} prompts, {report['reps']} reps)")
-    print(f"  {'scenario / config':<30} {'tok/s':>8} {'vs stock serial':>21} {'cpu':>7} {'vs own':>7} "
-          f"{'accept':>7} {'len':>5} {'serial':>7} {'identical':>9}")
+    print(
+        f"mlx-lm speculative decoding: stock serial vs patched (k_max {report['k_max']}, "
+        f"{report['tokens']} tokens x {len(report['prompts'])} prompts, {report['reps']} reps)"
+    )
+    print(
+        f"  {'scenario / config':<30} {'tok/s':>8} {'vs stock serial':>21} {'cpu':>7} {'vs own':>7} "
+        f"{'accept':>7} {'len':>5} {'serial':>7} {'identical':>9}"
+    )
     for name, entry in report["scenarios"].items():
         for key, row in entry["configs"].items():
             r, c = row["ratio"], row["cpu_ratio"]
             acc = f"{row['acceptance_rate']:.2f}" if "acceptance_rate" in row else "-"
             length = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
             serial = f"{row['serial_share']:.2f}" if "serial_share" in row else "-"
-            own = f"{row['ratio_vs_patched_serial']['median']:.2f}x" if "ratio_vs_patched_serial" in row else "-"
-            print(f"  {name + ' ' + key:<30} {row['tok_s']:>8.1f} {r['median']:>6.2f}x ({r['min']:.2f}-{r['max']:.2f})"
-                  f" {c['median']:>6.2f}x {own:>7} {acc:>7} {length:>5} {serial:>7} {row['identical']!s:>9}")
+            own = (
+                f"{row['ratio_vs_patched_serial']['median']:.2f}x"
+                if "ratio_vs_patched_serial" in row
+                else "-"
+            )
+            print(
+                f"  {name + ' ' + key:<30} {row['tok_s']:>8.1f} {r['median']:>6.2f}x ({r['min']:.2f}-{r['max']:.2f})"
+                f" {c['median']:>6.2f}x {own:>7} {acc:>7} {length:>5} {serial:>7} {row['identical']!s:>9}"
+            )
         verdict = "met" if entry["met"] else "MISSED"
         against = "stock serial" if entry["pays"] else "stock serial and patched serial"
-        print(f"  -> {name}: target >= {entry['target']:.2f}x against {against}, identical greedy output: {verdict}")
+        print(
+            f"  -> {name}: target >= {entry['target']:.2f}x against {against}, identical greedy output: {verdict}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,10 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per config (default 5)")
     parser.add_argument("--tokens", type=int, default=256, help="tokens per prompt (default 256)")
     parser.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)}")
-    parser.add_argument("--fixed", action="store_true", help="also run fixed-k speculation (stock and patched)")
+    parser.add_argument(
+        "--fixed", action="store_true", help="also run fixed-k speculation (stock and patched)"
+    )
     parser.add_argument("--temp", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
-    parser.add_argument("--json", type=Path, default=REPO / "build" / "reports" / "mlx-spec-bench.json",
-                        help="report path (default build/reports/mlx-spec-bench.json)")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=REPO / "build" / "reports" / "mlx-spec-bench.json",
+        help="report path (default build/reports/mlx-spec-bench.json)",
+    )
     args = parser.parse_args(argv)
     if args.reps < 1 or args.tokens < 2:
         parser.error("--reps must be >= 1 and --tokens >= 2")

@@ -92,8 +92,10 @@ def report(label: str, runs: list[tuple[float, RebaseResult, Clock]]) -> None:
     replay = marks.get("replay", prep) - prep
     publish = marks.get("publish", marks.get("replay", prep)) - marks.get("replay", prep)
     print(f"{label}: {n} patches, {result.from_version} -> {result.to_version}: {result.status}")
-    print(f"  wall time: median {statistics.median(times):.2f} s (min {min(times):.2f}, max {max(times):.2f}, "
-          f"{len(times)} runs)")
+    print(
+        f"  wall time: median {statistics.median(times):.2f} s (min {min(times):.2f}, max {max(times):.2f}, "
+        f"{len(times)} runs)"
+    )
     print(f"  last run: prepare {prep:.2f} s, replay {replay:.2f} s, publish {publish:.2f} s")
     print(f"  classes: {counts}")
 
@@ -133,17 +135,25 @@ def synthetic_series(engine: str, to: str, count: int, workdir: Path) -> Path:
         if len(targets) == count:
             break
     wt = checkout(root=root, engine=engine, offline=True).worktree
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@overlay.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@overlay.invalid",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "bench@overlay.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "bench@overlay.invalid",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     for i, (path, line) in enumerate(targets, start=1):
         target = wt / path
         text = target.read_text().splitlines(keepends=True)
         indent = text[line - 1][: len(text[line - 1]) - len(text[line - 1].lstrip())]
         text.insert(line - 1, f"{indent}_overlay_bench_{i} = None  # synthetic benchmark edit {i}\n")
         target.write_text("".join(text))
-        msg = (f"bench: synthetic edit {i} in {path}\n\nA benchmark patch.\n\nOverlay-Theme: other\n"
-               "Overlay-Numerics: exact\nOverlay-Check: scripts/bench_rebase.py\nUpstream-Status: Inappropriate benchmark\n")
+        msg = (
+            f"bench: synthetic edit {i} in {path}\n\nA benchmark patch.\n\nOverlay-Theme: other\n"
+            "Overlay-Numerics: exact\nOverlay-Check: scripts/bench_rebase.py\nUpstream-Status: Inappropriate benchmark\n"
+        )
         subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env=env, check=True)
     refresh(root=root, engine=engine)
     out = workdir / "synthetic-series"
@@ -165,10 +175,15 @@ def main() -> int:
     t0 = time.perf_counter()
     resolve_release(warm, manifest, manifest.upstream.version, primary_only=True)
     resolve_release(warm, load_engine(warm, args.engine), args.to)
-    print(f"artifacts {manifest.upstream.version} and {args.to} ready in {time.perf_counter() - t0:.2f} s "
-          "(downloaded through pip only when not cached)")
+    print(
+        f"artifacts {manifest.upstream.version} and {args.to} ready in {time.perf_counter() - t0:.2f} s "
+        "(downloaded through pip only when not cached)"
+    )
     shutil.rmtree(warm, ignore_errors=True)
-    runs = [run_once(args.engine, REPO / "patches" / args.engine, manifest_path, args.to) for _ in range(args.reps)]
+    runs = [
+        run_once(args.engine, REPO / "patches" / args.engine, manifest_path, args.to)
+        for _ in range(args.reps)
+    ]
     report(f"{args.engine} series (patches/{args.engine})", runs)
     if args.synthetic:
         with tempfile.TemporaryDirectory(prefix="bench-series-") as tmp:

@@ -54,10 +54,24 @@ from overlay.fsutil import atomic_write_json
 
 CARRY_LIMIT = 64 * 1024 * 1024
 ENGINES = ("sglang", "exllamav3")
-SGLANG_EXTRA = ["msgspec", "orjson", "pybase64", "pyzmq", "setproctitle", "partial_json_parser", "interegular",
-                "xgrammar==0.2.7", "compressed-tensors==0.18.0", "apache-tvm-ffi==0.1.11",
-                # ExLlamaV3's imports the GPU image lacks
-                "marisa-trie", "pydantic", "pydantic-core", "annotated-types", "typing-inspection"]
+SGLANG_EXTRA = [
+    "msgspec",
+    "orjson",
+    "pybase64",
+    "pyzmq",
+    "setproctitle",
+    "partial_json_parser",
+    "interegular",
+    "xgrammar==0.2.7",
+    "compressed-tensors==0.18.0",
+    "apache-tvm-ffi==0.1.11",
+    # ExLlamaV3's imports the GPU image lacks
+    "marisa-trie",
+    "pydantic",
+    "pydantic-core",
+    "annotated-types",
+    "typing-inspection",
+]
 
 
 def sglang_artifact(dry: bool) -> str:
@@ -69,17 +83,26 @@ def sglang_artifact(dry: bool) -> str:
     for name in names:
         if f"-{py}-" in name:
             return name
-    raise SystemExit(f"error: no pinned sglang wheel for {py}: pinned are {names}; run with Python 3.12 (the GPU "
-                     f"image's python3)")
+    raise SystemExit(
+        f"error: no pinned sglang wheel for {py}: pinned are {names}; run with Python 3.12 (the GPU "
+        f"image's python3)"
+    )
 
 
 def size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    return (
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
 
 
 def prepare() -> int:
     carry = []
-    for engine, name in (("exllamav3", None), ("sglang", "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl")):
+    for engine, name in (
+        ("exllamav3", None),
+        ("sglang", "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl"),
+    ):
         manifest = load_engine(REPO, engine)
         artifact = select_artifact(manifest, name)
         carry.append(fetch_artifact(REPO, manifest, artifact).parent)
@@ -89,10 +112,32 @@ def prepare() -> int:
     if exclude.parent.is_dir() and "/.whl/" not in (exclude.read_text() if exclude.exists() else ""):
         with exclude.open("a") as fh:
             fh.write("/.whl/\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                           "--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
-                           "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                           "-d", str(whl), *SGLANG_EXTRA], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "-d",
+            str(whl),
+            *SGLANG_EXTRA,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         print(f"note: not every dependency was staged: {proc.stderr.strip()[-300:]}", file=sys.stderr)
     carry.append(whl)
@@ -122,8 +167,23 @@ def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
     whl = REPO / ".whl"
     if whl.is_dir() and any(whl.glob("*.whl")) and not dry:
         site = Path("/tmp/ovl-site")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        "--upgrade", "--target", str(site), *map(str, whl.glob("*.whl"))], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--upgrade",
+                "--target",
+                str(site),
+                *map(str, whl.glob("*.whl")),
+            ],
+            check=True,
+        )
         env["PYTHONPATH"] = f"{site}:{env.get('PYTHONPATH', '')}".rstrip(":")
     wheels = logs / "wheels"
     pythons = dict.fromkeys(ENGINES, (sys.executable, env))
@@ -133,12 +193,17 @@ def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
         name = sglang_artifact(dry) if engine == "sglang" else None
         manifest = load_engine(REPO, engine)
         stock = cached_path(REPO, select_artifact(manifest, name))
-        patched = apply_engine(root=REPO, engine=engine, artifact_name=name, out_dir=wheels, offline=True).wheel
+        patched = apply_engine(
+            root=REPO, engine=engine, artifact_name=name, out_dir=wheels, offline=True
+        ).wheel
         built[engine] = (stock, patched)
         resolved[engine] = records.resolve(REPO, engine)
         (logs / f"plan-{engine}.json").write_text(json.dumps(resolved[engine], indent=2))
         for planned in plan.budget_plan(engine, split["sglang" if engine == "sglang" else "exllamav3"]):
-            _log(f"plan {engine} {planned.probe.key}: " + ("run" if planned.run else f"skip ({planned.reason})"))
+            _log(
+                f"plan {engine} {planned.probe.key}: "
+                + ("run" if planned.run else f"skip ({planned.reason})")
+            )
         if dry:  # the CPU test arms hold torch and the stand-ins
             from overlay.check.envs import arms_for
 
@@ -149,22 +214,57 @@ def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
     ex_cmd = []
     if "exllamav3" in engines:
         ex_py, ex_env = pythons["exllamav3"]
-        ex_cmd = [ex_py, "scripts/device/exllamav3_check.py", "--stock", str(built["exllamav3"][0]), "--patched",
-                  str(built["exllamav3"][1]), "--plan", str(logs / "plan-exllamav3.json"),
-                  *(["--dry-run"] if dry else [])]
+        ex_cmd = [
+            ex_py,
+            "scripts/device/exllamav3_check.py",
+            "--stock",
+            str(built["exllamav3"][0]),
+            "--patched",
+            str(built["exllamav3"][1]),
+            "--plan",
+            str(logs / "plan-exllamav3.json"),
+            *(["--dry-run"] if dry else []),
+        ]
         build_log = (logs / "exllamav3-build.log").open("w")
-        build_proc = subprocess.Popen([*ex_cmd, "--phase", "build", "--budget", str(int(split["exllamav3_build"])),
-                                       "--out", str(logs / "exllamav3-build.json")], cwd=REPO,
-                                      env={**ex_env, "PYTHONUNBUFFERED": "1"}, stdout=build_log,
-                                      stderr=subprocess.STDOUT)
+        build_proc = subprocess.Popen(
+            [
+                *ex_cmd,
+                "--phase",
+                "build",
+                "--budget",
+                str(int(split["exllamav3_build"])),
+                "--out",
+                str(logs / "exllamav3-build.json"),
+            ],
+            cwd=REPO,
+            env={**ex_env, "PYTHONUNBUFFERED": "1"},
+            stdout=build_log,
+            stderr=subprocess.STDOUT,
+        )
     if "sglang" in engines:
         sg_py, sg_env = pythons["sglang"]
-        cmd = [sg_py, "scripts/device/sglang_check.py", "--stock", str(built["sglang"][0]), "--patched",
-               str(built["sglang"][1]), "--plan", str(logs / "plan-sglang.json"), "--out", str(out / "sglang-device.json"),
-               "--budget", str(int(split["sglang"] - 15)), *(["--dry-run", "--rounds", "4"] if dry else [])]
-        results["sglang"] = _run_engine("sglang", cmd, sg_env, split["sglang"], out / "sglang-device.json", logs)
+        cmd = [
+            sg_py,
+            "scripts/device/sglang_check.py",
+            "--stock",
+            str(built["sglang"][0]),
+            "--patched",
+            str(built["sglang"][1]),
+            "--plan",
+            str(logs / "plan-sglang.json"),
+            "--out",
+            str(out / "sglang-device.json"),
+            "--budget",
+            str(int(split["sglang"] - 15)),
+            *(["--dry-run", "--rounds", "4"] if dry else []),
+        ]
+        results["sglang"] = _run_engine(
+            "sglang", cmd, sg_env, split["sglang"], out / "sglang-device.json", logs
+        )
     if build_proc is not None:
-        left = max(10.0, split["setup"] + max(split["sglang"], split["exllamav3_build"]) - (time.monotonic() - start))
+        left = max(
+            10.0, split["setup"] + max(split["sglang"], split["exllamav3_build"]) - (time.monotonic() - start)
+        )
         try:
             build_rc = build_proc.wait(timeout=left + 15)
         except subprocess.TimeoutExpired:
@@ -173,16 +273,30 @@ def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
         _log(f"exllamav3 build phase: exit {build_rc}")
         left = budget - split["report"] - (time.monotonic() - start)
         results["exllamav3"] = _run_engine(
-            "exllamav3", [*ex_cmd, "--phase", "probes", "--budget", str(int(max(0, left - 10))), "--out",
-                          str(out / "exllamav3-device.json")],
-            pythons["exllamav3"][1], max(30.0, left), out / "exllamav3-device.json", logs)
+            "exllamav3",
+            [
+                *ex_cmd,
+                "--phase",
+                "probes",
+                "--budget",
+                str(int(max(0, left - 10))),
+                "--out",
+                str(out / "exllamav3-device.json"),
+            ],
+            pythons["exllamav3"][1],
+            max(30.0, left),
+            out / "exllamav3-device.json",
+            logs,
+        )
         results["exllamav3"]["build_exit_code"] = build_rc
     for engine in engines:
         recs = records.records(resolved[engine], results[engine].get("report"))
         results[engine]["records"] = recs
         results[engine]["summary"] = records.summary(recs)
-    results["mlx-lm"] = {"skipped": "the mlx CUDA wheel (~90 MB) is over the 64 MiB carry limit; mlx-lm is checked "
-                                    "for real on CPU by `overlay check mlx-lm`"}
+    results["mlx-lm"] = {
+        "skipped": "the mlx CUDA wheel (~90 MB) is over the 64 MiB carry limit; mlx-lm is checked "
+        "for real on CPU by `overlay check mlx-lm`"
+    }
     gpu = None
     try:
         import torch
@@ -193,38 +307,61 @@ def run(budget: float, dry: bool, engines: tuple[str, ...]) -> int:
     harness_ok = all(results[e]["exit_code"] in (0, 4) and results[e].get("report") for e in engines)
     failing = [r for e in engines for r in results[e]["records"] if r["holds"] is False]
     ok = harness_ok and (dry or not failing)
-    report = {"version": 2, "kind": "device-check", "dry_run": dry, "gpu": gpu,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "seconds": round(time.monotonic() - start, 1), "budget": {"seconds": budget, "plan": split},
-              "engines": results, "verdict": "pass" if ok else "fail"}
+    report = {
+        "version": 2,
+        "kind": "device-check",
+        "dry_run": dry,
+        "gpu": gpu,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.monotonic() - start, 1),
+        "budget": {"seconds": budget, "plan": split},
+        "engines": results,
+        "verdict": "pass" if ok else "fail",
+    }
     atomic_write_json(out / "device-check.json", report)
     for engine in engines:
         for r in results[engine]["records"]:
             verdict = {True: "holds", False: "DOES NOT HOLD", None: "not measured"}[r["holds"]]
             t = r.get("time") or {}
             timing = f" time x{t['ratio']} {t.get('ci')}" if t.get("ratio") else ""
-            print(f"{engine} {verdict:<13} {r['patch'][:44]}: {r['declared']} [{r['flag']}] "
-                  f"{r['before']} -> {r['after']}{timing}  ({str(r['note'])[:160]})")
+            print(
+                f"{engine} {verdict:<13} {r['patch'][:44]}: {r['declared']} [{r['flag']}] "
+                f"{r['before']} -> {r['after']}{timing}  ({str(r['note'])[:160]})"
+            )
     codes = ", ".join(f"{e} exit {results[e]['exit_code']}" for e in engines)
     sums = "; ".join(f"{e}: {results[e]['summary']}" for e in engines)
-    print(f"device-check: {report['verdict']} ({codes}; {sums}; {report['seconds']} s) -> {out / 'device-check.json'}")
+    print(
+        f"device-check: {report['verdict']} ({codes}; {sums}; {report['seconds']} s) -> {out / 'device-check.json'}"
+    )
     return 0 if ok else 4
 
 
-def _run_engine(engine: str, cmd: list[str], env: dict[str, str], seconds: float, path: Path,
-                logs: Path) -> dict[str, Any]:
+def _run_engine(
+    engine: str, cmd: list[str], env: dict[str, str], seconds: float, path: Path, logs: Path
+) -> dict[str, Any]:
     t0 = time.monotonic()
     if path.is_file():
         path.unlink()
     try:
         with (logs / f"{engine}.log").open("w") as log:
-            rc = subprocess.run(cmd, cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log,
-                                stderr=subprocess.STDOUT, timeout=max(seconds, 30)).returncode
+            rc = subprocess.run(
+                cmd,
+                cwd=REPO,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(seconds, 30),
+            ).returncode
     except subprocess.TimeoutExpired:
         rc = 124
     _log(f"{engine}: exit {rc} in {time.monotonic() - t0:.0f} s (log {logs / (engine + '.log')})")
-    return {"exit_code": rc, "timed_out": rc == 124, "seconds": round(time.monotonic() - t0, 1),
-            "log": str(logs / f"{engine}.log"), "report": json.loads(path.read_text()) if path.is_file() else None}
+    return {
+        "exit_code": rc,
+        "timed_out": rc == 124,
+        "seconds": round(time.monotonic() - t0, 1),
+        "log": str(logs / f"{engine}.log"),
+        "report": json.loads(path.read_text()) if path.is_file() else None,
+    }
 
 
 def main() -> int:
@@ -234,10 +371,16 @@ def main() -> int:
     p = sub.add_parser("plan", help="print the plan resolved against the series (JSON)")
     p.add_argument("engine", choices=ENGINES)
     r = sub.add_parser("run", help="run the device census and write device-check.json")
-    r.add_argument("--budget", type=float, default=plan.DEFAULT_BUDGET_S,
-                   help=f"seconds for the whole run (default {plan.DEFAULT_BUDGET_S})")
+    r.add_argument(
+        "--budget",
+        type=float,
+        default=plan.DEFAULT_BUDGET_S,
+        help=f"seconds for the whole run (default {plan.DEFAULT_BUDGET_S})",
+    )
     r.add_argument("--engine", choices=ENGINES, action="append", help="only this engine (repeatable)")
-    r.add_argument("--dry-run", action="store_true", help="CPU: the engines' test arms, stand-ins, the CPU census")
+    r.add_argument(
+        "--dry-run", action="store_true", help="CPU: the engines' test arms, stand-ins, the CPU census"
+    )
     args = ap.parse_args()
     if args.mode == "prepare":
         return prepare()
@@ -245,8 +388,11 @@ def main() -> int:
         print(json.dumps(records.resolve(REPO, args.engine), indent=2))
         return 0
     if args.budget < plan.SETUP_S + plan.REPORT_S + 30:
-        print(f"device-check: error: --budget {args.budget} is too small: setup and report alone take "
-              f"{plan.SETUP_S + plan.REPORT_S} s; give at least {plan.SETUP_S + plan.REPORT_S + 30}", file=sys.stderr)
+        print(
+            f"device-check: error: --budget {args.budget} is too small: setup and report alone take "
+            f"{plan.SETUP_S + plan.REPORT_S} s; give at least {plan.SETUP_S + plan.REPORT_S + 30}",
+            file=sys.stderr,
+        )
         return 2
     return run(args.budget, args.dry_run, tuple(args.engine or ENGINES))
 

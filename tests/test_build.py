@@ -26,7 +26,9 @@ def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli: Cli) -> None:
     assert r.code == 0, r.err
     wheel = Path(r.out.strip().splitlines()[-1])
     assert wheel.parent == world2.root / "build" / "wheels" / "demo"
-    series_sha = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(world2.series_dir.glob("*.patch")))).hexdigest()
+    series_sha = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sorted(world2.series_dir.glob("*.patch")))
+    ).hexdigest()
     version = f"1.2.0+ovl.20260102030405.2.g{series_sha[:8]}"  # ORDER: the patches' Date (GIT_ENV)
     assert wheel.name == f"demo_engine-{version}-py3-none-any.whl"
     files = members(wheel)
@@ -38,13 +40,18 @@ def test_apply_builds_a_patched_drop_in_wheel(world2: World, cli: Cli) -> None:
     assert prov["version"] == 1 and prov["engine"] == "demo"
     assert prov["upstream"]["artifact"]["sha256"] == hashlib.sha256(world2.wheel.read_bytes()).hexdigest()
     assert prov["series"]["sha256"] == series_sha
-    assert [p["subject"] for p in prov["series"]["patches"]] == ["core: shorter greeting", "util: double by addition"]
+    assert [p["subject"] for p in prov["series"]["patches"]] == [
+        "core: shorter greeting",
+        "util: double by addition",
+    ]
     for line in ["unpack: reading", "apply: [1/2]", "apply: [2/2]", "wheel: writing"]:
         assert line in r.err
     listing = "".join(f"{n} {hashlib.sha256(d).hexdigest()[:16]}\n" for n, d in files.items())
     if os.environ.get("OVERLAY_UPDATE_GOLDEN"):
         GOLDEN.write_text(listing)
-    assert listing == GOLDEN.read_text(), "wheel contents changed; OVERLAY_UPDATE_GOLDEN=1 rewrites the golden file"
+    assert listing == GOLDEN.read_text(), (
+        "wheel contents changed; OVERLAY_UPDATE_GOLDEN=1 rewrites the golden file"
+    )
 
 
 def test_bytes_are_reproducible_and_upto_applies_a_prefix(world2: World, cli: Cli, tmp_path: Path) -> None:
@@ -85,7 +92,9 @@ def test_killed_build_leaves_scratch_that_next_run_cleans(world2: World, cli: Cl
     r = cli("--root", str(world2.root), "-q", "apply", "demo")
     assert r.code == 0
     assert not stale.exists()
-    assert [p.name for p in (world2.root / "build" / "wheels" / "demo").iterdir()] == [Path(r.out.strip()).name]
+    assert [p.name for p in (world2.root / "build" / "wheels" / "demo").iterdir()] == [
+        Path(r.out.strip()).name
+    ]
 
 
 def test_hash_mismatch_exits_5_and_caches_nothing(world2: World, cli: Cli) -> None:
@@ -119,7 +128,9 @@ def test_warm_cache_works_offline(world2: World, cli: Cli) -> None:
 @pytest.mark.slow
 def test_git_source_gives_the_same_package_files(world2: World, cli: Cli, tmp_path: Path) -> None:
     art = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "a"))
-    git = cli("--root", str(world2.root), "-q", "apply", "demo", "--source", "git", "--out", str(tmp_path / "g"))
+    git = cli(
+        "--root", str(world2.root), "-q", "apply", "demo", "--source", "git", "--out", str(tmp_path / "g")
+    )
     assert art.code == 0 and git.code == 0, git.err
     a, g = members(Path(art.out.strip())), members(Path(git.out.strip()))
     assert Path(art.out.strip()).name == Path(git.out.strip()).name
@@ -132,20 +143,44 @@ def test_git_source_gives_the_same_package_files(world2: World, cli: Cli, tmp_pa
 
 
 def test_artifact_selection(world2: World, cli: Cli, tmp_path: Path) -> None:
-    r = cli("--root", str(world2.root), "apply", "demo", "--artifact", "demo_engine-1.2.0-cp312-cp312-linux_x86_64.whl")
+    r = cli(
+        "--root",
+        str(world2.root),
+        "apply",
+        "demo",
+        "--artifact",
+        "demo_engine-1.2.0-cp312-cp312-linux_x86_64.whl",
+    )
     assert r.code == 2 and "is not pinned" in r.err and "demo_engine-1.2.0-py3-none-any.whl" in r.err
-    ok = cli("--root", str(world2.root), "-q", "apply", "demo", "--artifact", world2.wheel.name, "--out", str(tmp_path))
+    ok = cli(
+        "--root",
+        str(world2.root),
+        "-q",
+        "apply",
+        "demo",
+        "--artifact",
+        world2.wheel.name,
+        "--out",
+        str(tmp_path),
+    )
     assert ok.code == 0 and Path(ok.out.strip()).parent == tmp_path
 
 
 def _sdist(world: World, tmp_path: Path) -> Path:
     """The release sdist: built from the base commit (the upstream repo's `work` branch holds our patches)."""
     base = tmp_path / "base"
-    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), world.base_commit], cwd=world.upstream,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "--detach", str(base), world.base_commit],
+        cwd=world.upstream,
+        check=True,
+        capture_output=True,
+    )
     out = tmp_path / "sdist"
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(base / "python")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(base / "python")],
+        check=True,
+        capture_output=True,
+    )
     return next(out.glob("*.tar.gz"))
 
 
@@ -153,7 +188,9 @@ def _sdist(world: World, tmp_path: Path) -> Path:
 def test_sdist_pin_builds_with_the_projects_backend(world2: World, cli: Cli, tmp_path: Path) -> None:
     sdist = _sdist(world2, tmp_path)
     wheel_build = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "w"))
-    world2.write_manifest(filename=sdist.name, sha256=hashlib.sha256(sdist.read_bytes()).hexdigest(), url=sdist.as_uri())
+    world2.write_manifest(
+        filename=sdist.name, sha256=hashlib.sha256(sdist.read_bytes()).hexdigest(), url=sdist.as_uri()
+    )
     r = cli("--root", str(world2.root), "-q", "apply", "demo", "--out", str(tmp_path / "s"))
     assert r.code == 0, r.err
     a, s = members(Path(wheel_build.out.strip())), members(Path(r.out.strip()))
@@ -173,7 +210,9 @@ def test_sdist_with_escaping_member_is_refused(world2: World, cli: Cli, tmp_path
         info = tarfile.TarInfo("demo-engine-1.2.0/../../escape.py")
         info.size = len(data)
         tf.addfile(info, io.BytesIO(data))
-    world2.write_manifest(filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri())
+    world2.write_manifest(
+        filename=bad.name, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), url=bad.as_uri()
+    )
     r = cli("--root", str(world2.root), "apply", "demo")
     assert r.code == 5 and "contains '..'" in r.err
     assert not (tmp_path.parent / "escape.py").exists() and not (world2.root / "escape.py").exists()
@@ -182,9 +221,13 @@ def test_sdist_with_escaping_member_is_refused(world2: World, cli: Cli, tmp_path
 def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli: Cli, tmp_path: Path) -> None:
     shutil.copy(Path(__file__).parent / "data" / "prebuilt_demo.py", world2.root / "prebuilt_demo.py")
     manifest = world2.root / "overlays" / "demo.toml"
-    manifest.write_text(manifest.read_text() + (
-        '\n[prebuilt]\ncommand = ["{python}", "prebuilt_demo.py", "{tree}", "{out}", "{info}"]\n'
-        'tag = "cp{py}-cp{py}-linux_x86_64"\ndescription = "needs gcc"\n'))
+    manifest.write_text(
+        manifest.read_text()
+        + (
+            '\n[prebuilt]\ncommand = ["{python}", "prebuilt_demo.py", "{tree}", "{out}", "{info}"]\n'
+            'tag = "cp{py}-cp{py}-linux_x86_64"\ndescription = "needs gcc"\n'
+        )
+    )
     r = cli("--root", str(world2.root), "-q", "apply", "demo", "--prebuilt", "--json")
     assert r.code == 0, r.err
     data = json.loads(r.out)
@@ -200,9 +243,18 @@ def test_prebuilt_compiles_into_the_wheel_and_retags_it(world2: World, cli: Cli,
     assert prov["files"][0]["path"] == so[0] and prov["details"]["compiler"]
     # the compiled module is real and was built from the patched tree (util.py has 3 x's after patch 0002)
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
-    out = subprocess.run([sys.executable, "-c", "import demo_native; print(demo_native.answer())"],
-                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import demo_native; print(demo_native.answer())"],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.strip() == "3", out.stderr
-    no = cli("--root", str(world2.root), "apply", "demo", "--prebuilt", "--prebuilt-python", "/nonexistent/python")
+    no = cli(
+        "--root", str(world2.root), "apply", "demo", "--prebuilt", "--prebuilt-python", "/nonexistent/python"
+    )
     assert no.code == 2 and "/nonexistent/python" in no.err

@@ -22,8 +22,11 @@ pytestmark = pytest.mark.network
 
 
 def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_patched_mlx_lm_replaces_stock_in_place(tmp_path: Path, cli: Cli) -> None:

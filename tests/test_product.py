@@ -39,8 +39,12 @@ def _env() -> dict[str, str]:
 
 
 def _run(*args: str | Path, cwd: Path, timeout: int = 300) -> str:
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"{args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc.stdout
 
 
@@ -66,7 +70,9 @@ def test_the_installed_wheel_starts_a_patch_repository_and_builds_a_patched_engi
     assert "Name: engine-overlay\n" in meta and "License-Expression: Apache-2.0\n" in meta
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "patches/", "overlays/", "support/")) for n in names)
-    assert not any("testbackends" in n or "/fixtures/" in n for n in names), "stand-ins or fixtures in the wheel"
+    assert not any("testbackends" in n or "/fixtures/" in n for n in names), (
+        "stand-ins or fixtures in the wheel"
+    )
     assert any(n.startswith("overlay/schemas/") and n.endswith(".schema.json") for n in names)
     cwc = Path(sys.executable).parent / "check-wheel-contents"
     _run(cwc, tool_wheel, cwd=tmp_path)  # no duplicates, no stray top-level modules, no __pycache__
@@ -87,28 +93,43 @@ def test_the_installed_wheel_starts_a_patch_repository_and_builds_a_patched_engi
     assert "Overlay-Flag:" in out and (repo / ".git").is_dir()
     assert (repo / "patches" / "mlx-lm" / "series").read_text() == "# base: mlx-lm 0.32.1 -\n"
     manifest = (repo / "overlays" / "mlx-lm.toml").read_text()
-    assert 'filename = "mlx_lm-0.32.1-py3-none-any.whl"' in manifest and 'filename = "mlx_lm-0.32.1.tar.gz"' in manifest
+    assert (
+        'filename = "mlx_lm-0.32.1-py3-none-any.whl"' in manifest
+        and 'filename = "mlx_lm-0.32.1.tar.gz"' in manifest
+    )
 
     _run(overlay, "checkout", "mlx-lm", cwd=repo)
     wt = repo / "build" / "worktrees" / "mlx-lm"
     init_py = wt / "mlx_lm" / "__init__.py"
     init_py.write_text(init_py.read_text() + "\nOVERLAY_DEMO = True\n")
-    git(wt, "commit", "-q", "-am", "init: mark the package as patched\n\nAdds OVERLAY_DEMO to mlx_lm, to show the "
-        "workflow of a new patch repository. Nothing measured: no behaviour changes.\n\n" + TRAILERS)
+    git(
+        wt,
+        "commit",
+        "-q",
+        "-am",
+        "init: mark the package as patched\n\nAdds OVERLAY_DEMO to mlx_lm, to show the "
+        "workflow of a new patch repository. Nothing measured: no behaviour changes.\n\n" + TRAILERS,
+    )
     _run(overlay, "refresh", "mlx-lm", cwd=repo)
     patches = sorted((repo / "patches" / "mlx-lm").glob("*.patch"))
     assert [p.name for p in patches] == ["0001-init-mark-the-package-as-patched.patch"]
 
-    lint = subprocess.run([str(overlay), "lint", "mlx-lm"], cwd=repo, env=_env(), capture_output=True, text=True)
+    lint = subprocess.run(
+        [str(overlay), "lint", "mlx-lm"], cwd=repo, env=_env(), capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stderr
-    assert "Overlay-Check 'tests/test_mlx_lm.py::test_version_string' is not in this repository" in lint.stderr
+    assert (
+        "Overlay-Check 'tests/test_mlx_lm.py::test_version_string' is not in this repository" in lint.stderr
+    )
     wheel = Path(_run(overlay, "-q", "apply", "mlx-lm", cwd=repo).strip().splitlines()[-1])
     assert wheel.name.startswith("mlx_lm-0.32.1+ovl.") and ".1.g" in wheel.name and wheel.is_file()
 
     # the patched wheel installs with pip in place of the stock one, and says what it was built from
     target = _venv(tmp_path / "target-venv")
     _run(target / "pip", "install", "-q", "--no-deps", wheel, cwd=tmp_path)
-    site = _run(target / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path)
+    site = _run(
+        target / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
+    )
     prov = json.loads(_run(overlay, "provenance", "mlx-lm", "--path", site.strip(), "--json", cwd=repo))
     assert prov["version"] == 1 and prov["tool"]["name"] == "overlay" and prov["engine"] == "mlx-lm"
     assert prov["upstream"]["version"] == "0.32.1"

@@ -79,8 +79,10 @@ def test_real_engine_end_to_end(real_root: Path, engine: str, cli: Cli) -> None:
     text = target.read_text()
     idx = text.index(anchor)
     target.write_text(text[:idx] + line + text[idx:])
-    msg = (f"test: mark {rel}\n\nAn integration-test edit of a real upstream file.\n\nOverlay-Theme: other\n"
-           "Overlay-Numerics: exact\nOverlay-Check: tests/test_marker.py::test_marker\nUpstream-Status: Inappropriate test only\nOverlay-Flag: default\n")
+    msg = (
+        f"test: mark {rel}\n\nAn integration-test edit of a real upstream file.\n\nOverlay-Theme: other\n"
+        "Overlay-Numerics: exact\nOverlay-Check: tests/test_marker.py::test_marker\nUpstream-Status: Inappropriate test only\nOverlay-Flag: default\n"
+    )
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
     assert cli("--root", str(real_root), "-q", "refresh", engine).code == 0
     lint = cli("--root", str(real_root), "lint", engine)
@@ -90,11 +92,14 @@ def test_real_engine_end_to_end(real_root: Path, engine: str, cli: Cli) -> None:
     assert r.code == 0, r.err
     result = json.loads(r.out)
     wheel = Path(result["wheel"])
-    assert result["wheel_version"].startswith(manifest.upstream.version + "+ovl.") and ".1.g" in result["wheel_version"]
+    assert (
+        result["wheel_version"].startswith(manifest.upstream.version + "+ovl.")
+        and ".1.g" in result["wheel_version"]
+    )
     with zipfile.ZipFile(stock_wheel) as zs, zipfile.ZipFile(wheel) as zp:
         stock = {n: zs.read(n) for n in zs.namelist() if not n.endswith("/")}
         patched = {n: zp.read(n) for n in zp.namelist()}
-    pkg_rel = rel[len(manifest.upstream.package_root) + 1:] if manifest.upstream.package_root else rel
+    pkg_rel = rel[len(manifest.upstream.package_root) + 1 :] if manifest.upstream.package_root else rel
     stock_body = {n: d for n, d in stock.items() if ".dist-info/" not in n}
     patched_body = {n: d for n, d in patched.items() if ".dist-info/" not in n}
     assert set(stock_body) == set(patched_body)
@@ -112,4 +117,7 @@ def test_real_engine_end_to_end(real_root: Path, engine: str, cli: Cli) -> None:
     assert len(prov["series"]["patches"]) == 1
     stock_meta = next(d for n, d in stock.items() if n.endswith(".dist-info/METADATA")).decode()
     patched_meta = patched[f"{dist_info}/METADATA"].decode()
-    assert patched_meta.replace(f"Version: {result['wheel_version']}", f"Version: {manifest.upstream.version}") == stock_meta
+    assert (
+        patched_meta.replace(f"Version: {result['wheel_version']}", f"Version: {manifest.upstream.version}")
+        == stock_meta
+    )

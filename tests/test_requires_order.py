@@ -22,7 +22,9 @@ def requires(name: str) -> str:
 def two_patches(world: World) -> None:
     """core, then util which requires core (the two touch different files, so either order applies)."""
     world.commit_change(PKG + "core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting")
-    world.commit_change(PKG + "util.py", "return 2 * x", "return x + x", "util: double", trailers=requires(CORE))
+    world.commit_change(
+        PKG + "util.py", "return 2 * x", "return x + x", "util: double", trailers=requires(CORE)
+    )
     assert world.export_series() == [CORE, UTIL]
 
 
@@ -35,8 +37,9 @@ def test_a_series_reordered_by_hand_fails_lint_naming_both_patches(world: World,
     r = cli(*root, "lint", "demo")
     assert r.code == 2, r.err
     lines = r.err.splitlines()
-    at = lines.index(f"ERROR demo/{UTIL}: Overlay-Requires '{CORE}': that patch comes after it "
-                     "(position 2, this one is 1)")
+    at = lines.index(
+        f"ERROR demo/{UTIL}: Overlay-Requires '{CORE}': that patch comes after it (position 2, this one is 1)"
+    )
     assert lines[at + 1].startswith("TIP put the required patch back before this one")
     # apply refuses it too, and so does a prefix that holds only the requiring patch (the required one cut off)
     for extra in ((), ("--upto", "1")):
@@ -57,7 +60,9 @@ def test_a_prefix_of_an_ordered_series_keeps_what_it_requires(world: World, cli:
 
 def _edit_todo(wt: Path, script: str) -> None:
     env = {**os.environ, **GIT_ENV, "GIT_SEQUENCE_EDITOR": script}
-    subprocess.run(["git", "rebase", "-q", "-i", "overlay/base"], cwd=wt, env=env, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "rebase", "-q", "-i", "overlay/base"], cwd=wt, env=env, check=True, capture_output=True
+    )
 
 
 def test_refresh_after_dropping_a_required_commit_warns_and_lint_refuses(world: World, cli: Cli) -> None:
@@ -69,7 +74,10 @@ def test_refresh_after_dropping_a_required_commit_warns_and_lint_refuses(world: 
     assert r.code == 0, r.err
     assert f"WARNING 0001-util-double.patch: Overlay-Requires '{CORE}': no such patch in the series" in r.err
     r = cli(*root, "lint", "demo")
-    assert r.code == 2 and f"0001-util-double.patch: Overlay-Requires '{CORE}': no such patch in the series" in r.err
+    assert (
+        r.code == 2
+        and f"0001-util-double.patch: Overlay-Requires '{CORE}': no such patch in the series" in r.err
+    )
 
 
 def test_refresh_after_a_reorder_fails_lint_naming_both(world: World, cli: Cli) -> None:
@@ -79,12 +87,16 @@ def test_refresh_after_a_reorder_fails_lint_naming_both(world: World, cli: Cli) 
     _edit_todo(wt, "sed -i '1{h;d};2{G}'")  # util first, then core
     r = cli(*root, "refresh", "demo")
     assert r.code == 0 and "WARNING 0001-util-double.patch" in r.err, r.err
-    assert sorted(p.name for p in world.series_dir.glob("*.patch")) == ["0001-util-double.patch",
-                                                                         "0002-core-shorter-greeting.patch"]
+    assert sorted(p.name for p in world.series_dir.glob("*.patch")) == [
+        "0001-util-double.patch",
+        "0002-core-shorter-greeting.patch",
+    ]
     r = cli(*root, "lint", "demo")
     assert r.code == 2
-    assert any("0001-util-double.patch" in line and "core-shorter-greeting" in line and "comes after it" in line
-               for line in r.err.splitlines()), r.err
+    assert any(
+        "0001-util-double.patch" in line and "core-shorter-greeting" in line and "comes after it" in line
+        for line in r.err.splitlines()
+    ), r.err
     # putting the order back (in the worktree, written back by refresh) makes lint pass again
     _edit_todo(wt, "sed -i '1{h;d};2{G}'")
     r = cli(*root, "refresh", "demo")
@@ -96,10 +108,16 @@ def test_rebase_skip_names_every_patch_that_required_the_skipped_one(tmp_path: P
     world = make_rebase_world(tmp_path)
     add_patches(world, ["gone"])
     gone = sorted(p.name for p in world.series_dir.glob("*.patch"))[0]
-    world.commit_change(PKG + "util.py", "return 2 * x", "return x + x", "util: double by addition",
-                        trailers=requires(gone))
-    world.commit_change(PKG + "core.py", 'prefix = "hello"', 'prefix = "hi"', "core: shorter greeting",
-                        trailers=requires(gone))
+    world.commit_change(
+        PKG + "util.py", "return 2 * x", "return x + x", "util: double by addition", trailers=requires(gone)
+    )
+    world.commit_change(
+        PKG + "core.py",
+        'prefix = "hello"',
+        'prefix = "hi"',
+        "core: shorter greeting",
+        trailers=requires(gone),
+    )
     names = world.export_series()
     release = make_release(world)
     root = ["--root", str(world.root)]

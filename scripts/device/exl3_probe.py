@@ -56,7 +56,9 @@ def _instrument(dry_run: bool) -> Any:
         return cuda_census.GpuInstrument()
     import _devsim
 
-    return cuda_census.CpuInstrument(placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,))
+    return cuda_census.CpuInstrument(
+        placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,)
+    )
 
 
 class _Timer:
@@ -89,13 +91,17 @@ class _Timer:
         import torch
 
         torch.cuda.synchronize()
-        return {t: [round(s.elapsed_time(e) * 1000.0, 3) for s, e in v[WARMUP:]] for t, v in self.pending.items()}
+        return {
+            t: [round(s.elapsed_time(e) * 1000.0, 3) for s, e in v[WARMUP:]] for t, v in self.pending.items()
+        }
 
 
 LAST_CALL: dict[str, Any] = {}
 
 
-def _wrap(owner: Any, name: str, stepper: Callable[[Any, tuple[Any, ...], dict[str, Any]], str]) -> Callable[[], None]:
+def _wrap(
+    owner: Any, name: str, stepper: Callable[[Any, tuple[Any, ...], dict[str, Any]], str]
+) -> Callable[[], None]:
     """Wrap ``owner.name`` so each call runs inside ``stepper``'s step; returns the undo. The last call is kept
     (``LAST_CALL``) for a capture check after the run."""
     original = getattr(owner, name)
@@ -122,11 +128,18 @@ def spec(request: dict[str, Any]) -> dict[str, Any]:
         import _devsim
 
         _devsim.dev = lambda t: t.as_subclass(_devsim.CensusDev)
-        spec_round.install_cuda_mocks = lambda: None  # the CPU census stands in for torch.cuda while it counts
+        spec_round.install_cuda_mocks = lambda: (
+            None
+        )  # the CPU census stands in for torch.cuda while it counts
     steps = int(request.get("steps", 3))
-    payload = {"seed": 11, "bsz": int(request.get("bsz", 2)), "block": int(request.get("block", 8)),
-               "sampler": request.get("sampler", "temp" if dry else "fused-temp"),
-               "embed": request.get("embed", "host"), "corrupt": 20}
+    payload = {
+        "seed": 11,
+        "bsz": int(request.get("bsz", 2)),
+        "block": int(request.get("block", 8)),
+        "sampler": request.get("sampler", "temp" if dry else "fused-temp"),
+        "embed": request.get("embed", "host"),
+        "corrupt": 20,
+    }
     if not dry:
         payload.update(device="cuda", work=int(request.get("work", 20)))
 
@@ -139,6 +152,7 @@ def spec(request: dict[str, Any]) -> dict[str, Any]:
     def run_with(step_cm: Callable[[str], Any], rounds: int) -> dict[str, Any]:
         undo = []
         for name in ("iterate_gen", "iterate_draftmodel_dflash_gen"):
+
             def stepper(args: tuple[Any, ...], kwargs: dict[str, Any], _n: str = name) -> Any:
                 return step_cm(tag_of(_n, args, kwargs))
 
@@ -157,13 +171,22 @@ def spec(request: dict[str, Any]) -> dict[str, Any]:
             out = run_with(inst.step, steps + WARMUP)
     finally:
         os.environ.__class__ = plain
-    reports = {tag: inst.report(tag=tag, skip=WARMUP) for tag in ("decode-step", "spec-verify-step", "draft-round")}
+    reports = {
+        tag: inst.report(tag=tag, skip=WARMUP) for tag in ("decode-step", "spec-verify-step", "draft-round")
+    }
     timer = _Timer(dry)
-    spec_round.install_cuda_mocks = install_mocks  # dry run: the probe's own torch.cuda stand-ins while it is timed
+    spec_round.install_cuda_mocks = (
+        install_mocks  # dry run: the probe's own torch.cuda stand-ins while it is timed
+    )
     run_with(timer.step, int(request.get("time_rounds", 20)) + WARMUP)
-    return {"reports": reports, "time": timer.samples(), "flags_read": sorted(_RecordingEnviron.read),
-            "outputs": {k: out.get(k) for k in ("tokens", "accepted", "rejected", "kv_positions")},
-            "machine": inst.machine(), "payload": payload}
+    return {
+        "reports": reports,
+        "time": timer.samples(),
+        "flags_read": sorted(_RecordingEnviron.read),
+        "outputs": {k: out.get(k) for k in ("tokens", "accepted", "rejected", "kv_positions")},
+        "machine": inst.machine(),
+        "payload": payload,
+    }
 
 
 def script(request: dict[str, Any]) -> dict[str, Any]:
@@ -215,16 +238,25 @@ def script(request: dict[str, Any]) -> dict[str, Any]:
             try:
                 capture = inst.capturable(lambda: call["fn"](*call["args"], **call["kwargs"]), warmup=1)
             except Exception as exc:
-                capture = {"capturable": None, "site": None,
-                           "error": f"not measured: the last step does not run again outside the schedule "
-                                    f"({type(exc).__name__}: {str(exc)[:300]})"}
+                capture = {
+                    "capturable": None,
+                    "site": None,
+                    "error": f"not measured: the last step does not run again outside the schedule "
+                    f"({type(exc).__name__}: {str(exc)[:300]})",
+                }
         report["metrics"]["capturable"] = capture["capturable"]
     timer = _Timer(dry)
     if targets and request.get("time", True):
         run_with(timer.step)
     lines = [line for line in text.splitlines() if line.strip()]
-    return {"reports": {tag: report}, "time": timer.samples(), "flags_read": sorted(_RecordingEnviron.read),
-            "outputs": json.loads(lines[-1]) if lines else None, "machine": inst.machine(), "capture": capture}
+    return {
+        "reports": {tag: report},
+        "time": timer.samples(),
+        "flags_read": sorted(_RecordingEnviron.read),
+        "outputs": json.loads(lines[-1]) if lines else None,
+        "machine": inst.machine(),
+        "capture": capture,
+    }
 
 
 def main() -> None:

@@ -53,7 +53,18 @@ import plan
 
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
 STANDIN = REPO / "support" / "testbackends" / "exllamav3" / "pythonpath"
-DEPS = ["torch", "triton", "numpy", "safetensors", "tokenizers", "pydantic", "marisa_trie", "rich", "yaml", "PIL"]
+DEPS = [
+    "torch",
+    "triton",
+    "numpy",
+    "safetensors",
+    "tokenizers",
+    "pydantic",
+    "marisa_trie",
+    "rich",
+    "yaml",
+    "PIL",
+]
 EXT = "exllamav3_ext"
 SOURCE_SUFFIXES = (".c", ".cpp", ".cu")
 TIMED = ("spec-round", "swa-ring")  # the probes whose time per step is reported
@@ -65,17 +76,35 @@ class CheckError(RuntimeError):
 
 
 def find_wheels(args: argparse.Namespace) -> tuple[Path, Path]:
-    stock = Path(args.stock) if args.stock else next(iter(sorted(
-        (REPO / "build" / "cache").rglob("exllamav3-1.6.5-py3-none-any.whl"))), None)
-    patched = Path(args.patched) if args.patched else next(iter(sorted(
-        (REPO / "build" / "wheels" / "exllamav3").glob("exllamav3-1.6.5+ovl*.whl"), key=lambda p: p.stat().st_mtime,
-        reverse=True)), None)
+    stock = (
+        Path(args.stock)
+        if args.stock
+        else next(iter(sorted((REPO / "build" / "cache").rglob("exllamav3-1.6.5-py3-none-any.whl"))), None)
+    )
+    patched = (
+        Path(args.patched)
+        if args.patched
+        else next(
+            iter(
+                sorted(
+                    (REPO / "build" / "wheels" / "exllamav3").glob("exllamav3-1.6.5+ovl*.whl"),
+                    key=lambda p: p.stat().st_mtime,
+                    reverse=True,
+                )
+            ),
+            None,
+        )
+    )
     if stock is None or not stock.is_file():
-        raise CheckError(f"stock wheel not found ({args.stock or 'build/cache/**/exllamav3-1.6.5-py3-none-any.whl'}); "
-                         "run `overlay fetch exllamav3` and carry build/cache, or pass --stock WHEEL")
+        raise CheckError(
+            f"stock wheel not found ({args.stock or 'build/cache/**/exllamav3-1.6.5-py3-none-any.whl'}); "
+            "run `overlay fetch exllamav3` and carry build/cache, or pass --stock WHEEL"
+        )
     if patched is None or not patched.is_file():
-        raise CheckError(f"patched wheel not found ({args.patched or 'build/wheels/exllamav3/'}); run "
-                         "`overlay apply exllamav3` and carry build/wheels/exllamav3, or pass --patched WHEEL")
+        raise CheckError(
+            f"patched wheel not found ({args.patched or 'build/wheels/exllamav3/'}); run "
+            "`overlay apply exllamav3` and carry build/wheels/exllamav3, or pass --patched WHEEL"
+        )
     return stock, patched
 
 
@@ -84,8 +113,23 @@ def install(wheel: Path, target: Path) -> None:
     if marker.is_file() and marker.read_text() == wheel.name:
         return
     shutil.rmtree(target, ignore_errors=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                           "--target", str(target), str(wheel)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise CheckError(f"pip could not install {wheel.name} into {target}: {proc.stderr.strip()[-800:]}")
     marker.write_text(wheel.name)
@@ -98,9 +142,15 @@ class ArmRunner:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         paths = [str(self.site)] + ([str(STANDIN)] if self.dry_run else [])
         env = {k: v for k, v in os.environ.items() if not k.startswith("EXL3_OVL_")}
-        env.update({"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1",
-                    "TORCH_EXTENSIONS_DIR": str(self.work / f"torch-extensions-{self.name}"),
-                    "OVERLAY_EXL3_STANDIN": "1" if self.dry_run else "0", "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "PYTHONPATH": os.pathsep.join(paths),
+                "PYTHONNOUSERSITE": "1",
+                "TORCH_EXTENSIONS_DIR": str(self.work / f"torch-extensions-{self.name}"),
+                "OVERLAY_EXL3_STANDIN": "1" if self.dry_run else "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if self.dry_run:
             env["EXL3_FUSED_SAMPLER"] = "0"  # the CPU stand-in has no fused sampler kernels
         else:
@@ -108,10 +158,18 @@ class ArmRunner:
         env.update(extra or {})
         return env
 
-    def run(self, script: Path, payload: dict[str, Any], extra: dict[str, str] | None = None,
-            timeout: float = 600) -> dict[str, Any]:
-        proc = subprocess.run([sys.executable, str(script)], input=json.dumps(payload), capture_output=True,
-                              text=True, env=self.env(extra), timeout=timeout, check=False)
+    def run(
+        self, script: Path, payload: dict[str, Any], extra: dict[str, str] | None = None, timeout: float = 600
+    ) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=self.env(extra),
+            timeout=timeout,
+            check=False,
+        )
         if proc.returncode != 0:
             raise CheckError(f"[{self.name}] {script.name} failed: {proc.stderr.strip()[-1500:]}")
         return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -126,12 +184,20 @@ def _digest(path: Path) -> str:
 
 def changed_files(stock_dir: Path, patched_dir: Path) -> dict[str, list[str]]:
     """Files of the extension folder the series adds, changes or removes (relative paths)."""
+
     def listing(d: Path) -> dict[str, Path]:
-        return {p.relative_to(d).as_posix(): p for p in d.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+        return {
+            p.relative_to(d).as_posix(): p
+            for p in d.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        }
 
     s, p = listing(stock_dir), listing(patched_dir)
-    return {"added": sorted(set(p) - set(s)), "removed": sorted(set(s) - set(p)),
-            "changed": sorted(k for k in set(s) & set(p) if not filecmp.cmp(s[k], p[k], shallow=False))}
+    return {
+        "added": sorted(set(p) - set(s)),
+        "removed": sorted(set(s) - set(p)),
+        "changed": sorted(k for k in set(s) & set(p) if not filecmp.cmp(s[k], p[k], shallow=False)),
+    }
 
 
 def dependent_units(src: Path, touched: set[str]) -> list[str]:
@@ -183,41 +249,70 @@ def _flags(tree: Path) -> list[str] | None:
 def _build(tree: Path, out: Path, build_dir: Path, jobs: int, timeout: float) -> dict[str, Any]:
     t0 = time.monotonic()
     started = time.time()
-    cmd = [sys.executable, str(REPO / "scripts" / "build_exllamav3_ext.py"), "--tree", str(tree), "--out", str(out),
-           "--build-dir", str(build_dir), "--jobs", str(jobs)]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "build_exllamav3_ext.py"),
+        "--tree",
+        str(tree),
+        "--out",
+        str(out),
+        "--build-dir",
+        str(build_dir),
+        "--jobs",
+        str(jobs),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "seconds": round(time.monotonic() - t0, 1),
-                "error": f"over its budget of {int(timeout)} s (the build folder is kept: a rerun continues it)"}
+        return {
+            "ok": False,
+            "seconds": round(time.monotonic() - t0, 1),
+            "error": f"over its budget of {int(timeout)} s (the build folder is kept: a rerun continues it)",
+        }
     objects = list(build_dir.glob("*.o")) + list(build_dir.rglob("*.cuda.o"))
     rebuilt = sorted({p.name for p in objects if p.stat().st_mtime >= started - 1})
-    result = {"ok": proc.returncode == 0, "seconds": round(time.monotonic() - t0, 1),
-              "objects_recompiled": len(rebuilt), "objects": len({p.name for p in objects})}
+    result = {
+        "ok": proc.returncode == 0,
+        "seconds": round(time.monotonic() - t0, 1),
+        "objects_recompiled": len(rebuilt),
+        "objects": len({p.name for p in objects}),
+    }
     if proc.returncode != 0:
         result["error"] = (proc.stderr or proc.stdout).strip()[-1500:]
     return result
 
 
-def build_phase(sites: dict[str, Path], work: Path, *, dry_run: bool, jobs: int, deadline: plan.Deadline) -> dict:
+def build_phase(
+    sites: dict[str, Path], work: Path, *, dry_run: bool, jobs: int, deadline: plan.Deadline
+) -> dict:
     stock_src = sites["stock"] / "exllamav3" / EXT
     patched_src = sites["patched"] / "exllamav3" / EXT
     diff = changed_files(stock_src, patched_src)
     touched = set(diff["added"]) | set(diff["changed"])
     units = dependent_units(patched_src, touched)
-    all_units = sorted(p.relative_to(stock_src).as_posix() for p in stock_src.rglob("*")
-                       if p.suffix in SOURCE_SUFFIXES and "rocm" not in p.parts)
+    all_units = sorted(
+        p.relative_to(stock_src).as_posix()
+        for p in stock_src.rglob("*")
+        if p.suffix in SOURCE_SUFFIXES and "rocm" not in p.parts
+    )
     stock_tree, patched_tree = sites["stock"], sites["patched"]
-    same_flags = (stock_tree / "exllamav3/util/cuda_flags.py").read_bytes() == \
-        (patched_tree / "exllamav3/util/cuda_flags.py").read_bytes()
+    same_flags = (stock_tree / "exllamav3/util/cuda_flags.py").read_bytes() == (
+        patched_tree / "exllamav3/util/cuda_flags.py"
+    ).read_bytes()
     if not same_flags:
         fs, fp = _flags(stock_tree), _flags(patched_tree)
         same_flags = fs is not None and fs == fp
-    report: dict[str, Any] = {"units": len(all_units), "files_changed": diff, "units_to_rebuild": units,
-                              "same_nvcc_flags": same_flags}
+    report: dict[str, Any] = {
+        "units": len(all_units),
+        "files_changed": diff,
+        "units_to_rebuild": units,
+        "same_nvcc_flags": same_flags,
+    }
     if dry_run:
-        report["skipped"] = ("dry run: no nvcc and CPU torch; the stand-in extension serves both arms (on the GPU: "
-                             f"stock {len(all_units)} units, then {len(units)} for the patched arm)")
+        report["skipped"] = (
+            "dry run: no nvcc and CPU torch; the stand-in extension serves both arms (on the GPU: "
+            f"stock {len(all_units)} units, then {len(units)} for the patched arm)"
+        )
         return report
     tree = work / "ext-tree"
     build_dir = work / "ext-build"
@@ -237,7 +332,11 @@ def build_phase(sites: dict[str, Path], work: Path, *, dry_run: bool, jobs: int,
 
 def _sync_tree(src: Path, dst: Path, flags: Path, tree: Path) -> None:
     dst.mkdir(parents=True, exist_ok=True)
-    wanted = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    wanted = {
+        p.relative_to(src).as_posix(): p
+        for p in src.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     for rel in [p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file()]:
         if rel not in wanted:
             (dst / rel).unlink()
@@ -270,31 +369,64 @@ def request_for(key: str, config: str, entry: dict[str, Any] | None, dry: bool) 
     if key == "spec-round":
         # the loader keeps the target's embedding on the host unless --embed_on_device (issue 15) asks otherwise
         embed = "device" if on and "--embed_on_device" in _options(entry or {}) else "host"
-        return {"mode": "spec", "dry_run": dry, "steps": 3, "bsz": 2, "block": 8, "embed": embed,
-                "time_rounds": 6 if dry else 20}
+        return {
+            "mode": "spec",
+            "dry_run": dry,
+            "steps": 3,
+            "bsz": 2,
+            "block": 8,
+            "embed": embed,
+            "time_rounds": 6 if dry else 20,
+        }
     if key in ("swa-ring", "swa-ring-q8"):
-        payload: dict[str, Any] = {"seed": 1, "window": 64 if dry else 256, "steps": 8 if dry else 150, "bsz": 1,
-                                   "ring": on, "causal": True}
-        payload.update({"device": "cpu", "kernels": "reference"} if dry else
-                       {"device": "cuda", "kernels": "real", "head_dim": 128})
+        payload: dict[str, Any] = {
+            "seed": 1,
+            "window": 64 if dry else 256,
+            "steps": 8 if dry else 150,
+            "bsz": 1,
+            "ring": on,
+            "causal": True,
+        }
+        payload.update(
+            {"device": "cpu", "kernels": "reference"}
+            if dry
+            else {"device": "cuda", "kernels": "real", "head_dim": 128}
+        )
         if key == "swa-ring-q8" and on:
             payload["quant"] = [8, 8]
-        return {"mode": "script", "dry_run": dry, "probe": "swa_ring.py", "payload": payload, "tag": "draft-round",
-                "steps": ["exllamav3.modules.sliding_attn:SlidingAttention.decode_flash_attn"],
-                "capture": key == "swa-ring"}
+        return {
+            "mode": "script",
+            "dry_run": dry,
+            "probe": "swa_ring.py",
+            "payload": payload,
+            "tag": "draft-round",
+            "steps": ["exllamav3.modules.sliding_attn:SlidingAttention.decode_flash_attn"],
+            "capture": key == "swa-ring",
+        }
     if key == "drafter-memory":
-        payload = {"layer_types": ["sliding_attention"] + ["full_attention"] * 4, "cache_tokens": 384 * 1024,
-                   "alloc_device": None if dry else "cuda"}
+        payload = {
+            "layer_types": ["sliding_attention"] + ["full_attention"] * 4,
+            "cache_tokens": 384 * 1024,
+            "alloc_device": None if dry else "cuda",
+        }
         window = _options(entry or {}).get("--draft_window") if on else None
         if window:
             payload["draft_window"] = int(window)
-        return {"mode": "script", "dry_run": dry, "probe": "drafter_model.py", "payload": payload,
-                "tag": "draft-round", "steps": [], "time": False}
+        return {
+            "mode": "script",
+            "dry_run": dry,
+            "probe": "drafter_model.py",
+            "payload": payload,
+            "tag": "draft-round",
+            "steps": [],
+            "time": False,
+        }
     raise CheckError(f"no request for probe {key!r}")
 
 
-def probes_phase(arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, dry: bool,
-                 deadline: plan.Deadline) -> list[dict[str, Any]]:
+def probes_phase(
+    arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, dry: bool, deadline: plan.Deadline
+) -> list[dict[str, Any]]:
     by_key: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e["engine"] == "exllamav3":
@@ -302,17 +434,26 @@ def probes_phase(arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, d
     out = []
     for planned in plan.budget_plan("exllamav3", deadline.left(), keys=set(by_key) or None):
         key = planned.probe.key
-        group = [e for e in by_key.get(key) or [] if not e.get("pending")]  # pending ones are reported, not run
-        m: dict[str, Any] = {"key": key, "region": planned.probe.region, "status": "ok", "reason": None,
-                             "patches": sorted({e["patch"] for e in group}),
-                             "scenarios": sorted({e["scenario"] for e in group})}
+        group = [
+            e for e in by_key.get(key) or [] if not e.get("pending")
+        ]  # pending ones are reported, not run
+        m: dict[str, Any] = {
+            "key": key,
+            "region": planned.probe.region,
+            "status": "ok",
+            "reason": None,
+            "patches": sorted({e["patch"] for e in group}),
+            "scenarios": sorted({e["scenario"] for e in group}),
+        }
         if not by_key.get(key):
             m.update(status="skipped", reason="no patch of the series as it is matches this probe")
         elif not planned.run or not group:
             m.update(status="skipped", reason=planned.reason or "pending: every mechanism of it is pending")
         elif not deadline.allows(planned.probe.seconds):
-            m.update(status="skipped", reason=f"over budget: ~{planned.probe.seconds} s needed, "
-                                              f"{int(deadline.left())} s left")
+            m.update(
+                status="skipped",
+                reason=f"over budget: ~{planned.probe.seconds} s needed, {int(deadline.left())} s left",
+            )
         else:
             t0 = time.monotonic()
             try:
@@ -321,8 +462,11 @@ def probes_phase(arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, d
                 m.update(status="failed", reason=str(exc)[:1500])
             m["wall_s"] = round(time.monotonic() - t0, 2)
         out.append(m)
-        print(f"exllamav3-check: {key}: {m['status']}{' (' + str(m['reason'])[:200] + ')' if m['reason'] else ''}",
-              file=sys.stderr, flush=True)
+        print(
+            f"exllamav3-check: {key}: {m['status']}{' (' + str(m['reason'])[:200] + ')' if m['reason'] else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
@@ -337,12 +481,15 @@ def _comparable(doc: dict[str, Any]) -> Any:
     return None
 
 
-def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]], dry: bool,
-                deadline: plan.Deadline) -> dict[str, Any]:
+def run_configs(
+    arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]], dry: bool, deadline: plan.Deadline
+) -> dict[str, Any]:
     """Every configuration of one probe, twice in ABBA order; per scenario: configs {name: {report, error}}, equal,
     time."""
     configs: dict[str, tuple[ArmRunner, dict[str, str], dict[str, Any] | None]] = {
-        "stock": (arms["stock"], {}, None), "flag_off": (arms["patched"], {}, None)}
+        "stock": (arms["stock"], {}, None),
+        "flag_off": (arms["patched"], {}, None),
+    }
     for e in group:
         name = "patched:" + e["flag"]
         if name not in configs:
@@ -350,7 +497,9 @@ def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]
     docs: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     samples: dict[str, dict[str, list[float]]] = {n: {} for n in configs}
-    visits = 2 if key in TIMED and not dry else 1  # memory probes counted once; timed ones visited twice, ABBA
+    visits = (
+        2 if key in TIMED and not dry else 1
+    )  # memory probes counted once; timed ones visited twice, ABBA
     for name in cuda_census.interleave(list(configs), visits):
         arm, env, entry = configs[name]
         kind = "patched" if name.startswith("patched:") else name
@@ -358,8 +507,12 @@ def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]
             errors.setdefault(name, "over budget: the probe's time ran out before this configuration")
             continue
         try:  # one configuration's process may not outlive what is left of the budget
-            doc = arm.run(HERE / "exl3_probe.py", request_for(key, kind, entry, dry), env,
-                          timeout=max(5.0, min(600.0, deadline.left())))
+            doc = arm.run(
+                HERE / "exl3_probe.py",
+                request_for(key, kind, entry, dry),
+                env,
+                timeout=max(5.0, min(600.0, deadline.left())),
+            )
         except subprocess.TimeoutExpired:
             errors[name] = "over budget: the configuration's process ran past the budget and was stopped"
             continue
@@ -374,14 +527,18 @@ def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]
         rows = {}
         for name in configs:
             doc = docs.get(name)
-            rows[name] = {"report": (doc.get("reports") or {}).get(scenario) if doc else None,
-                          "error": errors.get(name) if doc is None else None,
-                          "flags_read": doc.get("flags_read") if doc else None}
+            rows[name] = {
+                "report": (doc.get("reports") or {}).get(scenario) if doc else None,
+                "error": errors.get(name) if doc is None else None,
+                "flags_read": doc.get("flags_read") if doc else None,
+            }
             env = configs[name][1]
             unread = sorted(k for k in env if doc is not None and k not in (doc.get("flags_read") or []))
             if unread and rows[name]["report"] is not None:
-                rows[name]["error"] = (f"{', '.join(unread)} set but never read in this region: the patch's code did "
-                                       "not run here")
+                rows[name]["error"] = (
+                    f"{', '.join(unread)} set but never read in this region: the patch's code did "
+                    "not run here"
+                )
                 rows[name]["report"] = None
         equal = {}
         for name in configs:
@@ -393,9 +550,11 @@ def run_configs(arms: dict[str, ArmRunner], key: str, group: list[dict[str, Any]
         for name in configs:
             if name.startswith("patched:"):
                 timing[f"flag_off_vs_{name}"] = cuda_census.ratio_interval(
-                    samples["flag_off"].get(scenario, []), samples[name].get(scenario, []))
+                    samples["flag_off"].get(scenario, []), samples[name].get(scenario, [])
+                )
                 timing[f"stock_vs_{name}"] = cuda_census.ratio_interval(
-                    samples["stock"].get(scenario, []), samples[name].get(scenario, []))
+                    samples["stock"].get(scenario, []), samples[name].get(scenario, [])
+                )
         by_scenario[scenario] = {"configs": rows, "equal": equal, "time": timing}
     return by_scenario
 
@@ -440,8 +599,14 @@ print(json.dumps(out))
 def check_sampler_kernels(arm: ArmRunner, dry: bool) -> dict[str, Any]:
     if dry:
         return {"skipped": "the row-seeded sampling kernels need the CUDA extension"}
-    proc = subprocess.run([sys.executable, "-c", SAMPLER_KERNEL_CODE], capture_output=True, text=True,
-                          env=arm.env(), timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", SAMPLER_KERNEL_CODE],
+        capture_output=True,
+        text=True,
+        env=arm.env(),
+        timeout=300,
+        check=False,
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-1500:]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -459,14 +624,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except ImportError as e:
             raise CheckError("torch is not importable; the device machine needs a CUDA torch build") from e
         if not torch.cuda.is_available():
-            raise CheckError("no CUDA device visible (torch.cuda.is_available() is False); use --dry-run on CPU")
+            raise CheckError(
+                "no CUDA device visible (torch.cuda.is_available() is False); use --dry-run on CPU"
+            )
         if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             major, minor = torch.cuda.get_device_capability()
             os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    missing = [m for m in DEPS
-               if subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, check=False).returncode]
+    missing = [
+        m
+        for m in DEPS
+        if subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, check=False).returncode
+    ]
     if missing:
-        raise CheckError(f"python modules missing on this machine: {', '.join(missing)} (no network: carry wheels)")
+        raise CheckError(
+            f"python modules missing on this machine: {', '.join(missing)} (no network: carry wheels)"
+        )
     stock_whl, patched_whl = find_wheels(args)
     work = Path(args.work or (REPO / "build" / "device" / "exllamav3"))
     work.mkdir(parents=True, exist_ok=True)
@@ -474,14 +646,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name, wheel in (("stock", stock_whl), ("patched", patched_whl)):
         install(wheel, sites[name])
     arms = {name: ArmRunner(name, site, work, args.dry_run) for name, site in sites.items()}
-    report: dict[str, Any] = {"version": 2, "engine": "exllamav3", "dry_run": args.dry_run,
-                              "wheels": {"stock": stock_whl.name, "patched": patched_whl.name},
-                              "budget": {"seconds": args.budget}}
+    report: dict[str, Any] = {
+        "version": 2,
+        "engine": "exllamav3",
+        "dry_run": args.dry_run,
+        "wheels": {"stock": stock_whl.name, "patched": patched_whl.name},
+        "budget": {"seconds": args.budget},
+    }
     if not args.dry_run:
         import torch
 
-        report["machine"] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                             "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"], "instrument": "cuda"}
+        report["machine"] = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "arch_list": os.environ["TORCH_CUDA_ARCH_LIST"],
+            "instrument": "cuda",
+        }
     else:
         report["machine"] = {"device": "cpu (dry run)", "instrument": "cpu-census"}
     build_file = work / "build.json"
@@ -500,15 +680,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
                 entries = records.resolve(REPO, "exllamav3")["entries"]
         except (OSError, ValueError, ImportError) as exc:
-            raise CheckError(f"cannot read the plan ({exc}): pass --plan FILE, written by `python3 "
-                             f"scripts/device_check.py plan exllamav3 > FILE`") from exc
+            raise CheckError(
+                f"cannot read the plan ({exc}): pass --plan FILE, written by `python3 "
+                f"scripts/device_check.py plan exllamav3 > FILE`"
+            ) from exc
         if not entries:
-            raise CheckError("the plan has no ExLlamaV3 entries: pass the plan of `python3 scripts/device_check.py "
-                             "plan exllamav3`")
+            raise CheckError(
+                "the plan has no ExLlamaV3 entries: pass the plan of `python3 scripts/device_check.py "
+                "plan exllamav3`"
+            )
         if not ready:
-            report["measurements"] = [{"key": k, "status": "skipped", "reason": "the extension was not built (see "
-                                       "build): no arm can import exllamav3", "patches": [], "scenarios": []}
-                                      for k in sorted({e["key"] for e in entries if e["engine"] == "exllamav3"})]
+            report["measurements"] = [
+                {
+                    "key": k,
+                    "status": "skipped",
+                    "reason": "the extension was not built (see build): no arm can import exllamav3",
+                    "patches": [],
+                    "scenarios": [],
+                }
+                for k in sorted({e["key"] for e in entries if e["engine"] == "exllamav3"})
+            ]
         else:
             report["measurements"] = probes_phase(arms, entries, dry=args.dry_run, deadline=deadline)
             if deadline.allows(20):
@@ -517,38 +708,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 report["sampler_kernels"] = {"skipped": "over budget"}
     report["budget"]["used"] = round(args.budget - deadline.left(), 1)
     failed = [m["key"] for m in report.get("measurements", []) if m["status"] == "failed"]
-    build_ok = args.dry_run or args.phase == "probes" or all(
-        (report.get("build") or {}).get(a, {}).get("ok", False) for a in ("stock", "patched"))
+    build_ok = (
+        args.dry_run
+        or args.phase == "probes"
+        or all((report.get("build") or {}).get(a, {}).get("ok", False) for a in ("stock", "patched"))
+    )
     report["ok"] = not failed and build_ok and (report.get("sampler_kernels") or {}).get("ok", True)
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stock", help="stock wheel (default: build/cache/**/exllamav3-1.6.5-py3-none-any.whl)")
+    parser.add_argument(
+        "--stock", help="stock wheel (default: build/cache/**/exllamav3-1.6.5-py3-none-any.whl)"
+    )
     parser.add_argument("--patched", help="patched wheel (default: newest build/wheels/exllamav3/*.whl)")
     parser.add_argument("--plan", help="the resolved plan (python3 scripts/device_check.py plan exllamav3)")
     parser.add_argument("--phase", choices=("build", "probes", "all"), default="all")
     parser.add_argument("--work", help="work folder, kept between runs (default: build/device/exllamav3)")
-    parser.add_argument("--out", help="report file (default: $OUT/exllamav3-device.json or "
-                                      "build/reports/exllamav3-device.json)")
+    parser.add_argument(
+        "--out",
+        help="report file (default: $OUT/exllamav3-device.json or build/reports/exllamav3-device.json)",
+    )
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for this phase")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc jobs (ninja)")
+    parser.add_argument(
+        "--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc jobs (ninja)"
+    )
     parser.add_argument("--shared-ext", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true", help="CPU: extension stand-in, reference kernels")
     args = parser.parse_args(argv)
     if args.shared_ext:
-        print("exllamav3-check: error: --shared-ext is gone: it ran stock Python on the patched C++ and hid the "
-              "series' default-path C++ changes; the build phase now recompiles only the changed units per arm",
-              file=sys.stderr)
+        print(
+            "exllamav3-check: error: --shared-ext is gone: it ran stock Python on the patched C++ and hid the "
+            "series' default-path C++ changes; the build phase now recompiles only the changed units per arm",
+            file=sys.stderr,
+        )
         return 2
     try:
         report = run(args)
     except CheckError as e:
         print(f"exllamav3-check: ERROR {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else (Path(os.environ["OUT"]) if os.environ.get("OUT") else
-                                             REPO / "build" / "reports") / "exllamav3-device.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(os.environ["OUT"]) if os.environ.get("OUT") else REPO / "build" / "reports")
+        / "exllamav3-device.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")

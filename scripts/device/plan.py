@@ -22,10 +22,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-DEFAULT_BUDGET_S = 540  # one device command (600 s limit) with a minute to spare; the session's 15 min allow a rerun
+DEFAULT_BUDGET_S = (
+    540  # one device command (600 s limit) with a minute to spare; the session's 15 min allow a rerun
+)
 SETUP_S = 40  # pip install of the carried wheels, `overlay apply` of both series offline, CUDA init
-EXL3_STOCK_BUILD_S = 330  # full JIT build of exllamav3_ext (~200 units, sm_90 only, 14 jobs): runs in the background
-EXL3_PATCHED_BUILD_S = 90  # the changed translation units only (0015, 0016 and the units including their headers)
+EXL3_STOCK_BUILD_S = (
+    330  # full JIT build of exllamav3_ext (~200 units, sm_90 only, 14 jobs): runs in the background
+)
+EXL3_PATCHED_BUILD_S = (
+    90  # the changed translation units only (0015, 0016 and the units including their headers)
+)
 REPORT_S = 10
 
 
@@ -70,125 +76,377 @@ class Deadline:
         return self.left() >= estimate
 
 
-NEEDS_SGL_ENGINE = ("needs SGLang's GPU engine (sgl_kernel and flashinfer CUDA wheels, several hundred MB, over the "
-                    "64 MiB carry limit): the region is inside {where}")
+NEEDS_SGL_ENGINE = (
+    "needs SGLang's GPU engine (sgl_kernel and flashinfer CUDA wheels, several hundred MB, over the "
+    "64 MiB carry limit): the region is inside {where}"
+)
 
 PROBES: tuple[Probe, ...] = (
     # --- SGLang 0.5.23: the engine's functions called as its step calls them; sgl_kernel cannot travel
-    Probe("sglang", "prepare-for-decode", "spec-stage-per-step-decode-kv-lengths", "draft-round",
-          ("host-syncs", "pageable-copies", "h2d-copies", "bytes-moved"), 20,
-          "eagle_utils.eagle_prepare_for_decode (the per-step kv-length staging; the KV allocator it ends with is "
-          "stood in)"),
-    Probe("sglang", "chain-greedy-verify", "spec-tensor-only-greedy-verify-for-topk-1-chains", "spec-verify-step",
-          ("capturable", "eager-launches"), 15,
-          "the greedy verify tail eagle_sample runs for topk==1 chains (verify_chain_greedy with the flag; the "
-          "tree-walk verify_tree_greedy_func without it)"),
-    Probe("sglang", "chain-tree", "spec-build-the-topk-1-verify-tree-in-closed-form", "draft-round",
-          ("eager-launches", "capturable", "host-syncs"), 20,
-          "eagle_utils.build_tree_kernel_efficient for a topk==1 chain (what the draft round calls)"),
-    Probe("sglang", "temperature-softmax", "sampler-fold-the-temperature-into-the-softmax", "decode-step",
-          ("bytes-moved", "eager-launches"), 20,
-          "the sampler's temperature + softmax (kernels.ops.sampling.softmax) over a 151552 vocabulary"),
-    Probe("sglang", "verify-sampling-params", "spec-reuse-the-expanded-verify-sampling-parameters", "spec-verify-step",
-          ("cache-hits", "eager-launches"), 10,
-          "eagle_utils.expand_verify_sampling_params on a fresh dataclasses.replace copy of the batch's sampling "
-          "info per verify, as the engine hands it (a cache kept on the copy never survives to the next step)"),
-    Probe("sglang", "topk-topp-sample", "sampler-Gumbel-max-sampling-after-the-pytorch-top-k", "decode-step",
-          ("host-syncs", "eager-launches"), 15,
-          "layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch (the filtered sampling path)"),
-    Probe("sglang", "fp8-lm-head", "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe", "decode-step",
-          ("bytes-moved", "eager-launches", "peak-memory"), 35,
-          "the lm_head logits of LogitsProcessor for 1/4/8 rows: BF16 matmul vs the FP8 copy made at load "
-          "(fp8_lm_head_logits); the draft round reads the same head"),
-    Probe("sglang", "fp8-lm-head", "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe", "draft-round",
-          ("bytes-moved",), 0, "as decode-step (EAGLE's draft head is the target's lm_head)"),
-    Probe("sglang", "splitk-fp8-gemm", "gemm-split-K-small-M-block-FP8-GEMM-with-fused-activ", "decode-step",
-          ("eager-launches", "bytes-moved"), 40,
-          "fp8_utils.dispatch_w8a8_block_fp8_linear's choice for 1..16 rows at DeepSeek/GLM shapes, then the call"),
-    Probe("sglang", "draft-extend-select", "spec-select-the-topk-1-draft-token-inside-the-draft", "draft-extend",
-          ("eager-launches",), 0, "EAGLEDraftExtendCudaGraphRunner.replay and the select after it",
-          pending=NEEDS_SGL_ENGINE.format(where="the draft-extend CUDA graph runner")),
-    Probe("sglang", "logits-processor", "logits_processor-drop-the-shadowed-should_apply_lm_h", "decode-step",
-          ("eager-launches",), 0, "LogitsProcessor.forward",
-          pending=NEEDS_SGL_ENGINE.format(where="LogitsProcessor.forward of a loaded model")),
-    Probe("sglang", "accept-stats", "spec-acceptance-histograms-by-temperature-and-worklo", "spec-verify-step",
-          ("host-syncs",), 0, "SchedulerBatchResultProcessor after a verify",
-          pending=NEEDS_SGL_ENGINE.format(where="the scheduler's result processing")),
-    Probe("sglang", "stream-ordered-seq-lens", "overlap-stream-ordered-seq-lens-resolve-on-CUDA", "spec-verify-step",
-          ("host-syncs",), 0, "the overlap scheduler's seq-lens resolve",
-          pending=NEEDS_SGL_ENGINE.format(where="the overlap scheduler")),
-    Probe("sglang", "graph-greedy-verify", "spec-capture-the-topk-1-greedy-verify-tail-in-the-ve", "spec-verify-step",
-          ("eager-launches",), 0, "the verify CUDA graph runner with ChainGreedyVerifyEpilogue as capture tail hook",
-          pending=NEEDS_SGL_ENGINE.format(where="the verify CUDA graph runner")),
+    Probe(
+        "sglang",
+        "prepare-for-decode",
+        "spec-stage-per-step-decode-kv-lengths",
+        "draft-round",
+        ("host-syncs", "pageable-copies", "h2d-copies", "bytes-moved"),
+        20,
+        "eagle_utils.eagle_prepare_for_decode (the per-step kv-length staging; the KV allocator it ends with is "
+        "stood in)",
+    ),
+    Probe(
+        "sglang",
+        "chain-greedy-verify",
+        "spec-tensor-only-greedy-verify-for-topk-1-chains",
+        "spec-verify-step",
+        ("capturable", "eager-launches"),
+        15,
+        "the greedy verify tail eagle_sample runs for topk==1 chains (verify_chain_greedy with the flag; the "
+        "tree-walk verify_tree_greedy_func without it)",
+    ),
+    Probe(
+        "sglang",
+        "chain-tree",
+        "spec-build-the-topk-1-verify-tree-in-closed-form",
+        "draft-round",
+        ("eager-launches", "capturable", "host-syncs"),
+        20,
+        "eagle_utils.build_tree_kernel_efficient for a topk==1 chain (what the draft round calls)",
+    ),
+    Probe(
+        "sglang",
+        "temperature-softmax",
+        "sampler-fold-the-temperature-into-the-softmax",
+        "decode-step",
+        ("bytes-moved", "eager-launches"),
+        20,
+        "the sampler's temperature + softmax (kernels.ops.sampling.softmax) over a 151552 vocabulary",
+    ),
+    Probe(
+        "sglang",
+        "verify-sampling-params",
+        "spec-reuse-the-expanded-verify-sampling-parameters",
+        "spec-verify-step",
+        ("cache-hits", "eager-launches"),
+        10,
+        "eagle_utils.expand_verify_sampling_params on a fresh dataclasses.replace copy of the batch's sampling "
+        "info per verify, as the engine hands it (a cache kept on the copy never survives to the next step)",
+    ),
+    Probe(
+        "sglang",
+        "topk-topp-sample",
+        "sampler-Gumbel-max-sampling-after-the-pytorch-top-k",
+        "decode-step",
+        ("host-syncs", "eager-launches"),
+        15,
+        "layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch (the filtered sampling path)",
+    ),
+    Probe(
+        "sglang",
+        "fp8-lm-head",
+        "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe",
+        "decode-step",
+        ("bytes-moved", "eager-launches", "peak-memory"),
+        35,
+        "the lm_head logits of LogitsProcessor for 1/4/8 rows: BF16 matmul vs the FP8 copy made at load "
+        "(fp8_lm_head_logits); the draft round reads the same head",
+    ),
+    Probe(
+        "sglang",
+        "fp8-lm-head",
+        "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe",
+        "draft-round",
+        ("bytes-moved",),
+        0,
+        "as decode-step (EAGLE's draft head is the target's lm_head)",
+    ),
+    Probe(
+        "sglang",
+        "splitk-fp8-gemm",
+        "gemm-split-K-small-M-block-FP8-GEMM-with-fused-activ",
+        "decode-step",
+        ("eager-launches", "bytes-moved"),
+        40,
+        "fp8_utils.dispatch_w8a8_block_fp8_linear's choice for 1..16 rows at DeepSeek/GLM shapes, then the call",
+    ),
+    Probe(
+        "sglang",
+        "draft-extend-select",
+        "spec-select-the-topk-1-draft-token-inside-the-draft",
+        "draft-extend",
+        ("eager-launches",),
+        0,
+        "EAGLEDraftExtendCudaGraphRunner.replay and the select after it",
+        pending=NEEDS_SGL_ENGINE.format(where="the draft-extend CUDA graph runner"),
+    ),
+    Probe(
+        "sglang",
+        "logits-processor",
+        "logits_processor-drop-the-shadowed-should_apply_lm_h",
+        "decode-step",
+        ("eager-launches",),
+        0,
+        "LogitsProcessor.forward",
+        pending=NEEDS_SGL_ENGINE.format(where="LogitsProcessor.forward of a loaded model"),
+    ),
+    Probe(
+        "sglang",
+        "accept-stats",
+        "spec-acceptance-histograms-by-temperature-and-worklo",
+        "spec-verify-step",
+        ("host-syncs",),
+        0,
+        "SchedulerBatchResultProcessor after a verify",
+        pending=NEEDS_SGL_ENGINE.format(where="the scheduler's result processing"),
+    ),
+    Probe(
+        "sglang",
+        "stream-ordered-seq-lens",
+        "overlap-stream-ordered-seq-lens-resolve-on-CUDA",
+        "spec-verify-step",
+        ("host-syncs",),
+        0,
+        "the overlap scheduler's seq-lens resolve",
+        pending=NEEDS_SGL_ENGINE.format(where="the overlap scheduler"),
+    ),
+    Probe(
+        "sglang",
+        "graph-greedy-verify",
+        "spec-capture-the-topk-1-greedy-verify-tail-in-the-ve",
+        "spec-verify-step",
+        ("eager-launches",),
+        0,
+        "the verify CUDA graph runner with ChainGreedyVerifyEpilogue as capture tail hook",
+        pending=NEEDS_SGL_ENGINE.format(where="the verify CUDA graph runner"),
+    ),
     # --- ExLlamaV3 1.6.5: the wheel's own generator / attention code on CUDA with the real extension
-    Probe("exllamav3", "spec-round", "generator-wait-on-a-CUDA-event-instead-of-a-device-w", "decode-step",
-          ("host-syncs", "eager-launches", "h2d-copies", "pageable-copies"), 60,
-          "Generator.iterate_gen without drafts (probes/spec_round.py on CUDA: real sampler and extension kernels, "
-          "stand-in target forward with a GPU workload)"),
-    Probe("exllamav3", "spec-round", "generator-wait-on-a-CUDA-event-instead-of-a-device-w", "spec-verify-step",
-          ("host-syncs",), 12, "Generator.iterate_gen with the drafts (verify, accept, commit)"),
-    Probe("exllamav3", "spec-round", "generator-one-readback-and-device-side-accept-length", "spec-verify-step",
-          ("host-syncs", "eager-launches", "h2d-copies"), 12, "Generator.iterate_gen with the drafts"),
-    Probe("exllamav3", "spec-round", "generator-one-host-sync-per-speculative-round-drafts", "draft-round",
-          ("host-syncs", "eager-launches"), 12, "Generator.iterate_draftmodel_dflash_gen (and the verify after it)"),
-    Probe("exllamav3", "spec-round", "sampler-batched-verify-sampling-with-per-row-seeds", "spec-verify-step",
-          ("eager-launches", "host-syncs"), 12, "Generator.iterate_gen with the drafts, temperature sampling"),
-    Probe("exllamav3", "spec-round", "generator-block-drafter-interface-for-DFlash-style-d", "draft-round",
-          ("eager-launches",), 12, "Generator.iterate_draftmodel_dflash_gen (stock vs patched: always on)"),
-    Probe("exllamav3", "spec-round", "model_init-embed_on_device-keeps-the-target-s-token", "spec-verify-step",
-          ("host-syncs",), 0, "as above with the target's embedding on the device (--embed_on_device)"),
-    Probe("exllamav3", "spec-round", "model_init-embed_on_device-keeps-the-target-s-token", "draft-round",
-          ("host-syncs",), 0, "as above with the target's embedding on the device (--embed_on_device)"),
-    Probe("exllamav3", "swa-ring", "sliding_attn-zero-copy-modular-window-ring", "draft-round",
-          ("bytes-moved", "eager-launches", "peak-memory", "capturable"), 35,
-          "SlidingAttention.decode_flash_attn per forward over probes/swa_ring.py's window schedules, real Triton "
-          "kernels"),
-    Probe("exllamav3", "swa-ring", "sliding_attn-one-ring-page-table-and-seqlens-upload", "draft-round",
-          ("h2d-copies", "pageable-copies"), 0, "as above (the page-table and seqlens uploads per forward)"),
-    Probe("exllamav3", "swa-ring", "sliding_attn-persistent-ring-step-tables-capturable", "draft-round",
-          ("capturable", "pageable-copies"), 0,
-          "as above, and one decode_flash_attn call captured in a CUDA graph after the schedule"),
-    Probe("exllamav3", "swa-ring-q8", "sliding_attn-quantized-Q8-window-ring-for-drafter-la", "draft-round",
-          ("peak-memory",), 20, "SlidingAttention.decode_flash_attn with the Q8 ring (swa_ring.py quant [8, 8])"),
-    Probe("exllamav3", "drafter-memory", "dflash-opt-in-forced-drafter-window-for-every-DFlash", "draft-round",
-          ("peak-memory",), 15, "the DFlash2 drafter's cache allocated on CUDA at 384K tokens (probes/drafter_model.py)"),
-    Probe("exllamav3", "drafter-memory", "generator-allow-a-draft-cache-of-any-size-when-it-ha", "draft-round",
-          ("peak-memory",), 0, "as above, stock vs patched (always on)"),
-    Probe("exllamav3", "drafter-memory", "model_init-draft_cache_quant-a-draft-cache-format-of", "draft-round",
-          ("peak-memory",), 0, "as above with the draft cache quantized",
-          pending="probes/drafter_model.py takes no draft_cache_quant (its payload: arch, layer_types, window, "
-                  "draft_window, cache_tokens, swa_full, alloc_device); the Q8 ring's bytes are measured by swa-ring-q8"),
-    Probe("exllamav3", "dflash-input", "dflash-embed-only-the-anchor-per-round-keep-the-mask", "draft-round",
-          ("bytes-moved",), 0, "the DFlash drafter's block input (dflash.py)",
-          pending="probes/dflash_input.py runs on CPU only (the target embedding is a torch table stand-in): no CUDA "
-                  "path to count"),
-    Probe("exllamav3", "dflash-prefill", "dflash-crop-drafter-prefill-K-V-projection-to-the-wi", "prefill-chunk",
-          ("bytes-moved",), 0, "the drafter prefill's K/V projection (dflash.py)",
-          pending="probes/dflash_prefill.py runs on CPU only (projections are torch stand-ins): no CUDA path to count"),
-    Probe("exllamav3", "fused-tier", "mlp-moe-fused-multi-token-tier-up-to-16-rows", "spec-verify-step",
-          ("eager-launches",), 0, "a 9..16-row verify forward through the MoE/MLP fused tier",
-          pending="needs an EXL3 MoE checkpoint on the GPU and a third full extension build (EXL3_OVL_BSZN=16 is a "
-                  "build-time define for every unit): over the 15-minute budget"),
-    Probe("exllamav3", "drafter-graph", "generator-the-block-drafter-s-whole-round-as-one-CUD", "draft-round",
-          ("eager-launches", "capturable"), 0, "the block drafter's whole round captured (propose_block)",
-          pending="needs a real DFlash drafter forward on CUDA (probes/drafter_graph.py is a CPU model of capture)"),
-    Probe("exllamav3", "drafter-graph", "generator-capture-window-ring-drafters-rounds-in-the", "draft-round",
-          ("eager-launches", "capturable"), 0, "a window-ring drafter's whole round captured",
-          pending="needs a real DFlash drafter forward on CUDA (probes/drafter_graph.py is a CPU model of capture)"),
-    Probe("exllamav3", "mtp-share", "mla_attn-share-the-MTP-head-s-DSA-selection-across-d", "draft-round",
-          ("eager-launches",), 0, "MTP depths >= 1 of a DSA model",
-          pending="needs a GLM-5-style MTP checkpoint (none can be made here)"),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "generator-wait-on-a-CUDA-event-instead-of-a-device-w",
+        "decode-step",
+        ("host-syncs", "eager-launches", "h2d-copies", "pageable-copies"),
+        60,
+        "Generator.iterate_gen without drafts (probes/spec_round.py on CUDA: real sampler and extension kernels, "
+        "stand-in target forward with a GPU workload)",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "generator-wait-on-a-CUDA-event-instead-of-a-device-w",
+        "spec-verify-step",
+        ("host-syncs",),
+        12,
+        "Generator.iterate_gen with the drafts (verify, accept, commit)",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "generator-one-readback-and-device-side-accept-length",
+        "spec-verify-step",
+        ("host-syncs", "eager-launches", "h2d-copies"),
+        12,
+        "Generator.iterate_gen with the drafts",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "generator-one-host-sync-per-speculative-round-drafts",
+        "draft-round",
+        ("host-syncs", "eager-launches"),
+        12,
+        "Generator.iterate_draftmodel_dflash_gen (and the verify after it)",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "sampler-batched-verify-sampling-with-per-row-seeds",
+        "spec-verify-step",
+        ("eager-launches", "host-syncs"),
+        12,
+        "Generator.iterate_gen with the drafts, temperature sampling",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "generator-block-drafter-interface-for-DFlash-style-d",
+        "draft-round",
+        ("eager-launches",),
+        12,
+        "Generator.iterate_draftmodel_dflash_gen (stock vs patched: always on)",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "model_init-embed_on_device-keeps-the-target-s-token",
+        "spec-verify-step",
+        ("host-syncs",),
+        0,
+        "as above with the target's embedding on the device (--embed_on_device)",
+    ),
+    Probe(
+        "exllamav3",
+        "spec-round",
+        "model_init-embed_on_device-keeps-the-target-s-token",
+        "draft-round",
+        ("host-syncs",),
+        0,
+        "as above with the target's embedding on the device (--embed_on_device)",
+    ),
+    Probe(
+        "exllamav3",
+        "swa-ring",
+        "sliding_attn-zero-copy-modular-window-ring",
+        "draft-round",
+        ("bytes-moved", "eager-launches", "peak-memory", "capturable"),
+        35,
+        "SlidingAttention.decode_flash_attn per forward over probes/swa_ring.py's window schedules, real Triton "
+        "kernels",
+    ),
+    Probe(
+        "exllamav3",
+        "swa-ring",
+        "sliding_attn-one-ring-page-table-and-seqlens-upload",
+        "draft-round",
+        ("h2d-copies", "pageable-copies"),
+        0,
+        "as above (the page-table and seqlens uploads per forward)",
+    ),
+    Probe(
+        "exllamav3",
+        "swa-ring",
+        "sliding_attn-persistent-ring-step-tables-capturable",
+        "draft-round",
+        ("capturable", "pageable-copies"),
+        0,
+        "as above, and one decode_flash_attn call captured in a CUDA graph after the schedule",
+    ),
+    Probe(
+        "exllamav3",
+        "swa-ring-q8",
+        "sliding_attn-quantized-Q8-window-ring-for-drafter-la",
+        "draft-round",
+        ("peak-memory",),
+        20,
+        "SlidingAttention.decode_flash_attn with the Q8 ring (swa_ring.py quant [8, 8])",
+    ),
+    Probe(
+        "exllamav3",
+        "drafter-memory",
+        "dflash-opt-in-forced-drafter-window-for-every-DFlash",
+        "draft-round",
+        ("peak-memory",),
+        15,
+        "the DFlash2 drafter's cache allocated on CUDA at 384K tokens (probes/drafter_model.py)",
+    ),
+    Probe(
+        "exllamav3",
+        "drafter-memory",
+        "generator-allow-a-draft-cache-of-any-size-when-it-ha",
+        "draft-round",
+        ("peak-memory",),
+        0,
+        "as above, stock vs patched (always on)",
+    ),
+    Probe(
+        "exllamav3",
+        "drafter-memory",
+        "model_init-draft_cache_quant-a-draft-cache-format-of",
+        "draft-round",
+        ("peak-memory",),
+        0,
+        "as above with the draft cache quantized",
+        pending="probes/drafter_model.py takes no draft_cache_quant (its payload: arch, layer_types, window, "
+        "draft_window, cache_tokens, swa_full, alloc_device); the Q8 ring's bytes are measured by swa-ring-q8",
+    ),
+    Probe(
+        "exllamav3",
+        "dflash-input",
+        "dflash-embed-only-the-anchor-per-round-keep-the-mask",
+        "draft-round",
+        ("bytes-moved",),
+        0,
+        "the DFlash drafter's block input (dflash.py)",
+        pending="probes/dflash_input.py runs on CPU only (the target embedding is a torch table stand-in): no CUDA "
+        "path to count",
+    ),
+    Probe(
+        "exllamav3",
+        "dflash-prefill",
+        "dflash-crop-drafter-prefill-K-V-projection-to-the-wi",
+        "prefill-chunk",
+        ("bytes-moved",),
+        0,
+        "the drafter prefill's K/V projection (dflash.py)",
+        pending="probes/dflash_prefill.py runs on CPU only (projections are torch stand-ins): no CUDA path to count",
+    ),
+    Probe(
+        "exllamav3",
+        "fused-tier",
+        "mlp-moe-fused-multi-token-tier-up-to-16-rows",
+        "spec-verify-step",
+        ("eager-launches",),
+        0,
+        "a 9..16-row verify forward through the MoE/MLP fused tier",
+        pending="needs an EXL3 MoE checkpoint on the GPU and a third full extension build (EXL3_OVL_BSZN=16 is a "
+        "build-time define for every unit): over the 15-minute budget",
+    ),
+    Probe(
+        "exllamav3",
+        "drafter-graph",
+        "generator-the-block-drafter-s-whole-round-as-one-CUD",
+        "draft-round",
+        ("eager-launches", "capturable"),
+        0,
+        "the block drafter's whole round captured (propose_block)",
+        pending="needs a real DFlash drafter forward on CUDA (probes/drafter_graph.py is a CPU model of capture)",
+    ),
+    Probe(
+        "exllamav3",
+        "drafter-graph",
+        "generator-capture-window-ring-drafters-rounds-in-the",
+        "draft-round",
+        ("eager-launches", "capturable"),
+        0,
+        "a window-ring drafter's whole round captured",
+        pending="needs a real DFlash drafter forward on CUDA (probes/drafter_graph.py is a CPU model of capture)",
+    ),
+    Probe(
+        "exllamav3",
+        "mtp-share",
+        "mla_attn-share-the-MTP-head-s-DSA-selection-across-d",
+        "draft-round",
+        ("eager-launches",),
+        0,
+        "MTP depths >= 1 of a DSA model",
+        pending="needs a GLM-5-style MTP checkpoint (none can be made here)",
+    ),
 )
 
 NOT_ON_ONE_GPU: tuple[NotOnOneGpu, ...] = (
-    NotOnOneGpu("sglang", "spec-broadcast-the-verify-outputs-as-one-packed-buff", "collectives",
-                "tensor-parallel broadcasts: one GPU has one rank"),
-    NotOnOneGpu("sglang", "allreduce-fuse-AR-residual-RMSNorm-group-FP8-quant", "eager-launches",
-                "the fusion is inside FlashInfer's TRT-LLM all-reduce: >= 2 SM100 GPUs"),
-    NotOnOneGpu("sglang", "deepseek_v2-allow-the-CuteDSL-AR-fusion-on-the-NextN", "eager-launches",
-                "CuteDSL all-reduce fusion: several Blackwell GPUs with MNNVL"),
-    NotOnOneGpu("sglang", "spec-skip-the-PP-tail-draft-seq-lens-D2H-when-no-dra", "host-syncs",
-                "the PP tail rank exists only with pipeline parallelism (>= 2 GPUs)"),
+    NotOnOneGpu(
+        "sglang",
+        "spec-broadcast-the-verify-outputs-as-one-packed-buff",
+        "collectives",
+        "tensor-parallel broadcasts: one GPU has one rank",
+    ),
+    NotOnOneGpu(
+        "sglang",
+        "allreduce-fuse-AR-residual-RMSNorm-group-FP8-quant",
+        "eager-launches",
+        "the fusion is inside FlashInfer's TRT-LLM all-reduce: >= 2 SM100 GPUs",
+    ),
+    NotOnOneGpu(
+        "sglang",
+        "deepseek_v2-allow-the-CuteDSL-AR-fusion-on-the-NextN",
+        "eager-launches",
+        "CuteDSL all-reduce fusion: several Blackwell GPUs with MNNVL",
+    ),
+    NotOnOneGpu(
+        "sglang",
+        "spec-skip-the-PP-tail-draft-seq-lens-D2H-when-no-dra",
+        "host-syncs",
+        "the PP tail rank exists only with pipeline parallelism (>= 2 GPUs)",
+    ),
 )
 
 
@@ -209,7 +467,12 @@ def _prefix_match(prefix: str, name: str) -> bool:
 def probe_for(engine: str, patch_name: str, metric: str, scenario: str) -> Probe | None:
     """The probe planned for one declared mechanism of the patch ``patch_name`` (None: none)."""
     for p in PROBES:
-        if p.engine == engine and _prefix_match(p.patch, patch_name) and p.scenario == scenario and metric in p.metrics:
+        if (
+            p.engine == engine
+            and _prefix_match(p.patch, patch_name)
+            and p.scenario == scenario
+            and metric in p.metrics
+        ):
             return p
     return None
 
@@ -235,8 +498,13 @@ def budget_plan(engine: str, budget_s: float, *, keys: set[str] | None = None) -
         elif p.pending:
             out.append(Planned(p, False, f"pending: {p.pending}"))
         elif p.seconds > left:
-            out.append(Planned(p, False, f"over budget: needs ~{p.seconds} s, {max(0, int(left))} s left of "
-                                         f"{int(budget_s)} s"))
+            out.append(
+                Planned(
+                    p,
+                    False,
+                    f"over budget: needs ~{p.seconds} s, {max(0, int(left))} s left of {int(budget_s)} s",
+                )
+            )
         else:
             left -= p.seconds
             out.append(Planned(p, True))
@@ -251,5 +519,11 @@ def split_budget(total_s: float) -> dict[str, float]:
     build_s = float(EXL3_STOCK_BUILD_S + EXL3_PATCHED_BUILD_S)
     left = total_s - SETUP_S - REPORT_S
     sglang_s = min(sglang_s, max(0.0, left))
-    return {"setup": SETUP_S, "sglang": sglang_s, "exllamav3_build": min(build_s, max(0.0, left)),
-            "exllamav3": max(0.0, left - max(sglang_s, build_s)), "report": REPORT_S, "total": total_s}
+    return {
+        "setup": SETUP_S,
+        "sglang": sglang_s,
+        "exllamav3_build": min(build_s, max(0.0, left)),
+        "exllamav3": max(0.0, left - max(sglang_s, build_s)),
+        "report": REPORT_S,
+        "total": total_s,
+    }

@@ -32,9 +32,18 @@ def resolve(root: Path, engine: str) -> dict[str, Any]:
     for patch in series.patches:
         switch = switch_for(patch.flags)
         for mech in patch.mechanisms:
-            base = {"engine": engine, "patch": patch.name, "metric": mech.metric, "direction": mech.direction,
-                    "scenario": mech.scenario, "declared": mech.text, "flag": switch.text,
-                    "env": dict(switch.env), "options": dict(switch.options), "default": switch.default}
+            base = {
+                "engine": engine,
+                "patch": patch.name,
+                "metric": mech.metric,
+                "direction": mech.direction,
+                "scenario": mech.scenario,
+                "declared": mech.text,
+                "flag": switch.text,
+                "env": dict(switch.env),
+                "options": dict(switch.options),
+                "default": switch.default,
+            }
             probe = plan.probe_for(engine, patch.name, mech.metric, mech.scenario)
             if probe is not None:
                 entries.append({**base, "key": probe.key, "metrics": [mech.metric], "pending": probe.pending})
@@ -44,8 +53,13 @@ def resolve(root: Path, engine: str) -> dict[str, Any]:
                 not_measurable.append({**base, "reason": reason.reason})
             else:
                 unplanned.append(base)
-    return {"engine": engine, "entries": entries, "not_on_one_gpu": not_measurable, "unplanned": unplanned,
-            "keys": sorted({e["key"] for e in entries})}
+    return {
+        "engine": engine,
+        "entries": entries,
+        "not_on_one_gpu": not_measurable,
+        "unplanned": unplanned,
+        "keys": sorted({e["key"] for e in entries}),
+    }
 
 
 def _metric(report: dict[str, Any] | None, metric: str) -> Any:
@@ -62,17 +76,33 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
     by_key = {m["key"]: m for m in (report or {}).get("measurements", [])}
     out: list[dict[str, Any]] = []
     for e in resolved["entries"]:
-        rec: dict[str, Any] = {k: e[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")}
-        rec.update(probe=e["key"], stock=None, patched=None, flag_off=None, before=None, after=None, holds=None,
-                   sites={"stock": [], "patched": [], "before": [], "after": []}, time=None, note=None)
+        rec: dict[str, Any] = {
+            k: e[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")
+        }
+        rec.update(
+            probe=e["key"],
+            stock=None,
+            patched=None,
+            flag_off=None,
+            before=None,
+            after=None,
+            holds=None,
+            sites={"stock": [], "patched": [], "before": [], "after": []},
+            time=None,
+            note=None,
+        )
         m = by_key.get(e["key"])
-        if e.get("pending"):  # planned, but this mechanism's region cannot run here: never judged from a neighbour's
+        if e.get(
+            "pending"
+        ):  # planned, but this mechanism's region cannot run here: never judged from a neighbour's
             rec["note"] = f"not measured: pending: {e['pending']}"
             out.append(rec)
             continue
         if m is None:
-            rec["note"] = "not measured: " + ((e.get("pending") and f"pending: {e['pending']}") or
-                                              "the engine's device script did not run this probe")
+            rec["note"] = "not measured: " + (
+                (e.get("pending") and f"pending: {e['pending']}")
+                or "the engine's device script did not run this probe"
+            )
             out.append(rec)
             continue
         if m["status"] != "ok":
@@ -80,10 +110,13 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
             out.append(rec)
             continue
         rows = {n: _config(m, e["scenario"], n) for n in ("stock", "flag_off")}
-        rows["patched"] = _config(m, e["scenario"], "patched:" + e["flag"]) or _config(m, e["scenario"], "patched")
+        rows["patched"] = _config(m, e["scenario"], "patched:" + e["flag"]) or _config(
+            m, e["scenario"], "patched"
+        )
         before_name = "stock" if e["default"] else "flag_off"
-        rec["stock"], rec["flag_off"], rec["patched"] = (_metric(rows[n].get("report"), e["metric"])
-                                                         for n in ("stock", "flag_off", "patched"))
+        rec["stock"], rec["flag_off"], rec["patched"] = (
+            _metric(rows[n].get("report"), e["metric"]) for n in ("stock", "flag_off", "patched")
+        )
         rec["before"], rec["after"] = rec[before_name], rec["patched"]
         errors = [f"{n}: {rows[n]['error']}" for n in (before_name, "patched") if rows[n].get("error")]
         if errors:
@@ -94,7 +127,12 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
             rec["note"] = f"{baseline}: {why}" if rec["holds"] is not None else f"not measured: {why}"
         if rows["stock"].get("error") and before_name != "stock":
             rec["note"] += f"; stock: {rows['stock']['error']}"
-        for side, name in (("stock", "stock"), ("patched", "patched"), ("before", before_name), ("after", "patched")):
+        for side, name in (
+            ("stock", "stock"),
+            ("patched", "patched"),
+            ("before", before_name),
+            ("after", "patched"),
+        ):
             sites = ((rows[name].get("report") or {}).get("sites") or {}).get(e["metric"], [])
             rec["sites"][side] = sites
             capture = rows[name].get("capture")
@@ -108,23 +146,51 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
         side = "stock" if e["default"] else "flag_off"
         rec["time"] = timing.get(f"{side}_vs_patched:{e['flag']}") or timing.get(f"{side}_vs_patched")
         equal = ((m.get("by_scenario") or {}).get(e["scenario"]) or {}).get("equal") or {}
-        rec["equal"] = {k: v for k, v in equal.items() if k.endswith(("_vs_patched", f"_vs_patched:{e['flag']}"))
-                        or k == "stock_vs_flag_off"}
+        rec["equal"] = {
+            k: v
+            for k, v in equal.items()
+            if k.endswith(("_vs_patched", f"_vs_patched:{e['flag']}")) or k == "stock_vs_flag_off"
+        }
         out.append(rec)
     for n in resolved["not_on_one_gpu"]:
-        out.append({**{k: n[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
-                    "probe": None, "stock": None, "patched": None, "flag_off": None, "before": None, "after": None,
-                    "holds": None, "sites": {"stock": [], "patched": []}, "time": None,
-                    "note": f"not measured: not on one GPU ({n['reason']})"})
+        out.append(
+            {
+                **{k: n[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
+                "probe": None,
+                "stock": None,
+                "patched": None,
+                "flag_off": None,
+                "before": None,
+                "after": None,
+                "holds": None,
+                "sites": {"stock": [], "patched": []},
+                "time": None,
+                "note": f"not measured: not on one GPU ({n['reason']})",
+            }
+        )
     for u in resolved["unplanned"]:
-        out.append({**{k: u[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
-                    "probe": None, "stock": None, "patched": None, "flag_off": None, "before": None, "after": None,
-                    "holds": None, "sites": {"stock": [], "patched": []}, "time": None,
-                    "note": "not measured: no device probe is planned for this mechanism (scripts/device/plan.py)"})
+        out.append(
+            {
+                **{k: u[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
+                "probe": None,
+                "stock": None,
+                "patched": None,
+                "flag_off": None,
+                "before": None,
+                "after": None,
+                "holds": None,
+                "sites": {"stock": [], "patched": []},
+                "time": None,
+                "note": "not measured: no device probe is planned for this mechanism (scripts/device/plan.py)",
+            }
+        )
     return out
 
 
 def summary(recs: list[dict[str, Any]]) -> dict[str, int]:
-    return {"declared": len(recs), "hold": sum(r["holds"] is True for r in recs),
-            "do_not_hold": sum(r["holds"] is False for r in recs),
-            "not_measured": sum(r["holds"] is None for r in recs)}
+    return {
+        "declared": len(recs),
+        "hold": sum(r["holds"] is True for r in recs),
+        "do_not_hold": sum(r["holds"] is False for r in recs),
+        "not_measured": sum(r["holds"] is None for r in recs),
+    }

@@ -72,10 +72,14 @@ def unpack(source: Path, into: Path) -> Path:
     """A folder holding ``sglang/``: ``source`` itself, or the wheel ``source`` unzipped under ``into``."""
     if source.is_dir():
         if not (source / "sglang").is_dir():
-            raise SystemExit(f"error: {source} holds no sglang/ folder; pass an SGLang wheel or its unpacked tree")
+            raise SystemExit(
+                f"error: {source} holds no sglang/ folder; pass an SGLang wheel or its unpacked tree"
+            )
         return source
     if not zipfile.is_zipfile(source):
-        raise SystemExit(f"error: {source} is neither a folder nor a wheel; pass the stock or the patched wheel")
+        raise SystemExit(
+            f"error: {source} is neither a folder nor a wheel; pass the stock or the patched wheel"
+        )
     with zipfile.ZipFile(source) as wheel:
         wheel.extractall(into, [m for m in wheel.namelist() if m.startswith("sglang/")])
     return into
@@ -138,7 +142,9 @@ class Skip(Exception):
 @dataclass
 class Region:
     step: Callable[[], Any]  # one step of the scenario (counted, timed)
-    capture: Callable[[], Any] | None = None  # the part meant for a CUDA graph, when the probe measures capturable
+    capture: Callable[[], Any] | None = (
+        None  # the part meant for a CUDA graph, when the probe measures capturable
+    )
     outputs: Callable[[Any], Any] | None = None  # comparable outputs of one step's result
     note: str | None = None
 
@@ -179,22 +185,37 @@ def p_prepare_for_decode(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Re
     eu = imp("sglang.srt.speculative.eagle_utils")
     allocated: list[dict[str, Any]] = []
     # stood in: the KV allocator the function ends with (alloc_for_spec_decode) and the spec config's reserve
-    _set(eu, alloc_for_spec_decode=lambda *a, **k: allocated.append(k), get_alloc_reserve_per_decode=lambda: 8)
-    reqs = [SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=300 + 7 * i, kv_committed_len=296 + 7 * i),
-                            decode_batch_idx=0) for i in range(4)]
+    _set(
+        eu, alloc_for_spec_decode=lambda *a, **k: allocated.append(k), get_alloc_reserve_per_decode=lambda: 8
+    )
+    reqs = [
+        SimpleNamespace(
+            kv=SimpleNamespace(kv_allocated_len=300 + 7 * i, kv_committed_len=296 + 7 * i), decode_batch_idx=0
+        )
+        for i in range(4)
+    ]
     batch = SimpleNamespace(
-        maybe_evict_swa=lambda: None, cumulate_penalty_output_tokens=lambda: None,
+        maybe_evict_swa=lambda: None,
+        cumulate_penalty_output_tokens=lambda: None,
         sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
-        token_to_kv_pool_allocator=SimpleNamespace(page_size=1), reqs=reqs,
-        seq_lens_cpu=torch.tensor([296 + 7 * i for i in range(4)]), device=ctx.device, tree_cache=None,
-        req_to_token_pool=None, req_pool_indices=None)
+        token_to_kv_pool_allocator=SimpleNamespace(page_size=1),
+        reqs=reqs,
+        seq_lens_cpu=torch.tensor([296 + 7 * i for i in range(4)]),
+        device=ctx.device,
+        tree_cache=None,
+        req_to_token_pool=None,
+        req_pool_indices=None,
+    )
 
     def step() -> Any:
         eu.eagle_prepare_for_decode(batch)
         return allocated[-1]["cur_kv_lens"], allocated[-1]["nxt_kv_lens"]
 
-    return Region(step, outputs=lambda r: [t.cpu().tolist() for t in r],
-                  note="real eagle_prepare_for_decode; alloc_for_spec_decode and the reserve stood in")
+    return Region(
+        step,
+        outputs=lambda r: [t.cpu().tolist() for t in r],
+        note="real eagle_prepare_for_decode; alloc_for_spec_decode and the reserve stood in",
+    )
 
 
 def _chain(torch: Any, bs: int, n: int, vocab: int, device: str) -> tuple[Any, ...]:
@@ -204,7 +225,7 @@ def _chain(torch: Any, bs: int, n: int, vocab: int, device: str) -> tuple[Any, .
     cand = torch.randint(0, vocab, (bs, n), generator=g)
     for b in range(bs):
         keep = int(torch.randint(0, n, (1,), generator=g))
-        cand[b, 1:keep + 1] = target[b, :keep]
+        cand[b, 1 : keep + 1] = target[b, :keep]
     node = torch.arange(n)
     ridx = (torch.arange(bs).unsqueeze(1) * n + node).contiguous()
     nxt = torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous()
@@ -228,9 +249,17 @@ def p_chain_greedy_verify(ctx: Ctx, imp: Callable[[str], Any], config: str) -> R
         predict = torch.zeros(bs * n, dtype=torch.int32, device=ctx.device)
         accept = torch.full((bs, n), -1, dtype=torch.int32, device=ctx.device)
         num = torch.empty((bs,), dtype=torch.int32, device=ctx.device)
-        return eu.verify_tree_greedy_func(predicts=predict, accept_index=accept, accept_token_num=num,
-                                          candidates=cand, retrieve_index=ridx, retrieve_next_token=nxt,
-                                          retrieve_next_sibling=sib, target_predict=target, topk=1)
+        return eu.verify_tree_greedy_func(
+            predicts=predict,
+            accept_index=accept,
+            accept_token_num=num,
+            candidates=cand,
+            retrieve_index=ridx,
+            retrieve_next_token=nxt,
+            retrieve_next_sibling=sib,
+            target_predict=target,
+            topk=1,
+        )
 
     return Region(step, capture=step, outputs=lambda r: [t.cpu().tolist() for t in r])
 
@@ -250,11 +279,13 @@ def p_chain_tree(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     seq_sum = 1000 * bs  # the engine passes the host-side sum it already has
 
     def step() -> Any:
-        return eu.build_tree_kernel_efficient(bonus, parent, sel, drafts, seq, seq_sum, 1, steps, n,
-                                              tree_mask_mode=eu.TreeMaskMode.FULL_MASK)
+        return eu.build_tree_kernel_efficient(
+            bonus, parent, sel, drafts, seq, seq_sum, 1, steps, n, tree_mask_mode=eu.TreeMaskMode.FULL_MASK
+        )
 
-    return Region(step, capture=step,
-                  outputs=lambda r: [t.cpu().tolist() for t in r if isinstance(t, torch.Tensor)])
+    return Region(
+        step, capture=step, outputs=lambda r: [t.cpu().tolist() for t in r if isinstance(t, torch.Tensor)]
+    )
 
 
 @probe("temperature-softmax")
@@ -278,8 +309,11 @@ def p_temperature_softmax(ctx: Ctx, imp: Callable[[str], Any], config: str) -> R
             logits[:] = softmax(logits)
         return logits
 
-    return Region(step, outputs=lambda r: r.float().cpu(),
-                  note="the standard path of Sampler.forward (div_ + softmax vs the fused softmax), 4 x vocab rows")
+    return Region(
+        step,
+        outputs=lambda r: r.float().cpu(),
+        note="the standard path of Sampler.forward (div_ + softmax vs the fused softmax), 4 x vocab rows",
+    )
 
 
 @probe("verify-sampling-params")
@@ -287,13 +321,18 @@ def p_verify_sampling_params(ctx: Ctx, imp: Callable[[str], Any], config: str) -
     torch = ctx.torch
     eu = imp("sglang.srt.speculative.eagle_utils")
     if not hasattr(eu, "expand_verify_sampling_params"):
-        raise Skip("this arm has no expand_verify_sampling_params (its repeat_interleaves are inline in "
-                   "eagle_sample, which needs the GPU engine)")
+        raise Skip(
+            "this arm has no expand_verify_sampling_params (its repeat_interleaves are inline in "
+            "eagle_sample, which needs the GPU engine)"
+        )
     sbi = imp("sglang.srt.sampling.sampling_batch_info").SamplingBatchInfo
     info = sbi.__new__(sbi)
     for f in dataclasses.fields(sbi):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )  # type: ignore[misc]
         object.__setattr__(info, f.name, default)
     info.temperatures = torch.full((2, 1), 0.7, device=ctx.device)
     info.top_ks = torch.full((2,), 20, dtype=torch.int32, device=ctx.device)
@@ -311,8 +350,11 @@ def p_verify_sampling_params(ctx: Ctx, imp: Callable[[str], Any], config: str) -
             inst.count("cache-hits", kind="expand_verify_sampling_params")
         return out
 
-    return Region(step, outputs=lambda r: [t.cpu().tolist() for t in r if t is not None],
-                  note="a fresh dataclasses.replace copy of SamplingBatchInfo per verify")
+    return Region(
+        step,
+        outputs=lambda r: [t.cpu().tolist() for t in r if t is not None],
+        note="a fresh dataclasses.replace copy of SamplingBatchInfo per verify",
+    )
 
 
 @probe("topk-topp-sample")
@@ -330,7 +372,9 @@ def p_topk_topp_sample(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Regi
     def step() -> Any:
         return fn(probs.clone(), ks, ps, mins, False, None, pos)
 
-    return Region(step, note="sampled tokens differ by design (multinomial vs Gumbel race): outputs not compared")
+    return Region(
+        step, note="sampled tokens differ by design (multinomial vs Gumbel race): outputs not compared"
+    )
 
 
 @probe("fp8-lm-head")
@@ -344,8 +388,9 @@ def p_fp8_lm_head(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     dtype = torch.float32 if ctx.dry_run else torch.bfloat16
     g = torch.Generator().manual_seed(7)
     head = torch.nn.Module()
-    head.weight = torch.nn.Parameter((torch.randn(vocab, hidden, generator=g) * 0.02).to(dtype).to(ctx.device),
-                                     requires_grad=False)
+    head.weight = torch.nn.Parameter(
+        (torch.randn(vocab, hidden, generator=g) * 0.02).to(dtype).to(ctx.device), requires_grad=False
+    )
     me = SimpleNamespace(use_fp32_lm_head=False, use_fp32_lm_head_output=False, rl_on_policy_target=None)
     if hasattr(lp.LogitsProcessor, "fp8_lm_head_applies"):
         me.fp8_lm_head_applies = lambda m: lp.LogitsProcessor.fp8_lm_head_applies(me, m)
@@ -356,8 +401,11 @@ def p_fp8_lm_head(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     def step() -> Any:
         return compute(me, h, head)
 
-    return Region(step, outputs=lambda r: r.float().argmax(-1).cpu().tolist(),
-                  note="LogitsProcessor._compute_lm_head, 4 rows; outputs compared as top-1 ids")
+    return Region(
+        step,
+        outputs=lambda r: r.float().argmax(-1).cpu().tolist(),
+        note="LogitsProcessor._compute_lm_head, 4 rows; outputs compared as top-1 ids",
+    )
 
 
 def _block_fp8(torch: Any, n: int, k: int, device: str) -> tuple[Any, Any]:
@@ -380,7 +428,9 @@ def p_splitk(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
         linear = fu.dispatch_w8a8_block_fp8_linear([128, 128])
     except Exception as exc:
         linear = fu.triton_w8a8_block_fp8_linear
-        note += f"; dispatch failed ({type(exc).__name__}: {str(exc)[:120]}), triton_w8a8_block_fp8_linear used"
+        note += (
+            f"; dispatch failed ({type(exc).__name__}: {str(exc)[:120]}), triton_w8a8_block_fp8_linear used"
+        )
     if ctx.dry_run and config == "patched":
         sk = imp("sglang.kernels.ops.gemm.splitk_fp8")
         linear = sk.splitk_w8a8_block_fp8_linear_torch  # the Triton kernel needs a GPU; its torch reference
@@ -413,27 +463,40 @@ def _strip_sites(report: dict[str, Any] | None, capture: dict[str, Any] | None, 
     prefix = str(root) + os.sep
 
     def fix(site: str) -> str:
-        return site[len(prefix):] if site.startswith(prefix) else site
+        return site[len(prefix) :] if site.startswith(prefix) else site
 
     if report:
-        report["sites"] = {m: [[fix(s), n] for s, n in rows] for m, rows in (report.get("sites") or {}).items()}
+        report["sites"] = {
+            m: [[fix(s), n] for s, n in rows] for m, rows in (report.get("sites") or {}).items()
+        }
     if capture and capture.get("site"):
         capture["site"] = fix(capture["site"])
         if capture.get("error"):
             capture["error"] = capture["error"].replace(prefix, "")
 
 
-def run_probe(ctx: Ctx, key: str, entries: list[dict[str, Any]], arms: dict[str, Arm], *, steps: int, warmup: int,
-              rounds: int, modules: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def run_probe(
+    ctx: Ctx,
+    key: str,
+    entries: list[dict[str, Any]],
+    arms: dict[str, Arm],
+    *,
+    steps: int,
+    warmup: int,
+    rounds: int,
+    modules: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     """Count, capture and time one probe in the three configurations (``modules``: each arm's imported modules,
     shared by its configurations and by every probe, so each arm is imported once)."""
     torch = ctx.torch
     flags = dict(entries[0].get("env") or {})
     scenario = entries[0]["scenario"]
     metrics = sorted({m for e in entries for m in e["metrics"]})
-    loaded = {"stock": Loaded(arms["stock"], {}, modules["stock"]),
-              "flag_off": Loaded(arms["patched"], {}, modules["patched"]),
-              "patched": Loaded(arms["patched"], flags, modules["patched"])}
+    loaded = {
+        "stock": Loaded(arms["stock"], {}, modules["stock"]),
+        "flag_off": Loaded(arms["patched"], {}, modules["patched"]),
+        "patched": Loaded(arms["patched"], flags, modules["patched"]),
+    }
     out: dict[str, Any] = {"configs": {}, "equal": {}}
     regions: dict[str, Region] = {}
     results: dict[str, Any] = {}
@@ -472,7 +535,8 @@ def run_probe(ctx: Ctx, key: str, entries: list[dict[str, Any]], arms: dict[str,
                 pairs = list(zip(a, b)) if isinstance(a, list) else [(a, b)]
                 verdicts = [_equal(torch, x, y) for x, y in pairs]
                 out["equal"][f"{name}_vs_patched"] = all(v is True for v in verdicts) or max(
-                    (v for v in verdicts if not isinstance(v, bool)), default=False)
+                    (v for v in verdicts if not isinstance(v, bool)), default=False
+                )
             except Exception as exc:
                 out["equal"][f"{name}_vs_patched"] = f"not compared: {type(exc).__name__}: {exc}"
     if regions:
@@ -486,9 +550,13 @@ def run_probe(ctx: Ctx, key: str, entries: list[dict[str, Any]], arms: dict[str,
         base = "flag_off" if "flag_off" in samples else "stock"
         out["time"] = {"samples": {n: len(s) for n, s in samples.items()}}
         if "patched" in samples:
-            out["time"]["flag_off_vs_patched"] = cuda_census.ratio_interval(samples.get(base, []), samples["patched"])
+            out["time"]["flag_off_vs_patched"] = cuda_census.ratio_interval(
+                samples.get(base, []), samples["patched"]
+            )
             if "stock" in samples:
-                out["time"]["stock_vs_patched"] = cuda_census.ratio_interval(samples["stock"], samples["patched"])
+                out["time"]["stock_vs_patched"] = cuda_census.ratio_interval(
+                    samples["stock"], samples["patched"]
+                )
     return out
 
 
@@ -512,13 +580,23 @@ def _alarm(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run(*, stock: Arm, patched: Arm, dry_run: bool, plan_doc: dict[str, Any], budget_s: float, steps: int,
-        rounds: int) -> dict[str, Any]:
+def run(
+    *,
+    stock: Arm,
+    patched: Arm,
+    dry_run: bool,
+    plan_doc: dict[str, Any],
+    budget_s: float,
+    steps: int,
+    rounds: int,
+) -> dict[str, Any]:
     import torch
 
     device = "cuda" if (torch.cuda.is_available() and not dry_run) else "cpu"
     if not dry_run and device != "cuda":
-        raise SystemExit("error: no CUDA device visible; run on the GPU machine, or pass --dry-run to test the harness")
+        raise SystemExit(
+            "error: no CUDA device visible; run on the GPU machine, or pass --dry-run to test the harness"
+        )
     ctx = Ctx(torch=torch, device=device, dry_run=dry_run)
     deadline = plan.Deadline(budget_s)
     by_key: dict[str, list[dict[str, Any]]] = {}
@@ -530,9 +608,14 @@ def run(*, stock: Arm, patched: Arm, dry_run: bool, plan_doc: dict[str, Any], bu
     for planned in plan.budget_plan("sglang", budget_s, keys=set(plan_doc.get("keys") or by_key) or None):
         key = planned.probe.key
         entries = [e for e in by_key.get(key) or [] if not e.get("pending")]
-        m: dict[str, Any] = {"key": key, "region": planned.probe.region,
-                             "scenarios": sorted({e["scenario"] for e in entries}) or [planned.probe.scenario],
-                             "patches": sorted({e["patch"] for e in entries}), "status": "ok", "reason": None}
+        m: dict[str, Any] = {
+            "key": key,
+            "region": planned.probe.region,
+            "scenarios": sorted({e["scenario"] for e in entries}) or [planned.probe.scenario],
+            "patches": sorted({e["patch"] for e in entries}),
+            "status": "ok",
+            "reason": None,
+        }
         if not by_key.get(key):
             m.update(status="skipped", reason="no patch of the series as it is matches this probe")
         elif not planned.run or not entries:
@@ -540,8 +623,10 @@ def run(*, stock: Arm, patched: Arm, dry_run: bool, plan_doc: dict[str, Any], bu
         elif key not in PROBES:
             m.update(status="skipped", reason="pending: no implementation in this script version")
         elif not deadline.allows(planned.probe.seconds):
-            m.update(status="skipped", reason=f"over budget: ~{planned.probe.seconds} s needed, "
-                                              f"{int(deadline.left())} s left")
+            m.update(
+                status="skipped",
+                reason=f"over budget: ~{planned.probe.seconds} s needed, {int(deadline.left())} s left",
+            )
         else:
             t0 = time.monotonic()
             # a per-probe time limit: three times its estimate (ten on a dry run's shared CPU), never past the budget
@@ -552,36 +637,63 @@ def run(*, stock: Arm, patched: Arm, dry_run: bool, plan_doc: dict[str, Any], bu
                     for scenario in m["scenarios"]:
                         group = [e for e in entries if e["scenario"] == scenario]
                         m.setdefault("by_scenario", {})[scenario] = run_probe(
-                            ctx, key, group, {"stock": stock, "patched": patched}, steps=steps, warmup=1,
-                            rounds=rounds, modules=modules)
+                            ctx,
+                            key,
+                            group,
+                            {"stock": stock, "patched": patched},
+                            steps=steps,
+                            warmup=1,
+                            rounds=rounds,
+                            modules=modules,
+                        )
             except ProbeTimeout:
                 m.update(status="failed", reason=f"over its time limit of {limit} s")
             m["wall_s"] = round(time.monotonic() - t0, 2)
-            if m["status"] == "ok" and all(row["error"] for r in m["by_scenario"].values()
-                                           for row in r["configs"].values()):
+            if m["status"] == "ok" and all(
+                row["error"] for r in m["by_scenario"].values() for row in r["configs"].values()
+            ):
                 m["status"] = "failed"
                 m["reason"] = "every configuration failed"
         measurements.append(m)
-        print(f"sglang_check: {key}: {m['status']}{' (' + m['reason'] + ')' if m['reason'] else ''}",
-              file=sys.stderr, flush=True)
+        print(
+            f"sglang_check: {key}: {m['status']}{' (' + m['reason'] + ')' if m['reason'] else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
     inst = cuda_census.instrument(dry_run, cpu_is_device=True)
-    return {"version": SCHEMA_VERSION, "engine": "sglang", "dry_run": dry_run, "machine": inst.machine(),
-            "budget": {"seconds": budget_s, "used": round(deadline.seconds - deadline.left(), 1)},
-            "steps": steps, "rounds": rounds, "measurements": measurements}
+    return {
+        "version": SCHEMA_VERSION,
+        "engine": "sglang",
+        "dry_run": dry_run,
+        "machine": inst.machine(),
+        "budget": {"seconds": budget_s, "used": round(deadline.seconds - deadline.left(), 1)},
+        "steps": steps,
+        "rounds": rounds,
+        "measurements": measurements,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stock", type=Path, required=True, help="stock SGLang wheel or unpacked tree")
     parser.add_argument("--patched", type=Path, required=True, help="patched SGLang wheel or unpacked tree")
-    parser.add_argument("--plan", type=Path,
-                        help="the resolved plan (scripts/device_check.py plan sglang > plan.json; default: resolved "
-                             "here from patches/sglang, which needs overlay's own dependencies)")
-    parser.add_argument("--out", type=Path, default=Path("sglang-device.json"), help="JSON report (atomic write)")
+    parser.add_argument(
+        "--plan",
+        type=Path,
+        help="the resolved plan (scripts/device_check.py plan sglang > plan.json; default: resolved "
+        "here from patches/sglang, which needs overlay's own dependencies)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("sglang-device.json"), help="JSON report (atomic write)"
+    )
     parser.add_argument("--budget", type=float, default=200.0, help="seconds for this engine's probes")
-    parser.add_argument("--steps", type=int, default=3, help="counted steps per configuration (after one warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=3, help="counted steps per configuration (after one warm-up)"
+    )
     parser.add_argument("--rounds", type=int, default=30, help="timed rounds per configuration (interleaved)")
-    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter: harness only")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="CPU, tiny shapes, Triton interpreter: harness only"
+    )
     args = parser.parse_args(argv)
     try:
         if args.plan is None:
@@ -591,8 +703,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             plan_doc = json.loads(args.plan.read_text())
     except (OSError, ValueError, ImportError) as exc:
-        print(f"sglang_check: error: cannot read the plan {args.plan}: {exc}; write it with "
-              f"`python3 scripts/device_check.py plan sglang > plan.json`", file=sys.stderr)
+        print(
+            f"sglang_check: error: cannot read the plan {args.plan}: {exc}; write it with "
+            f"`python3 scripts/device_check.py plan sglang > plan.json`",
+            file=sys.stderr,
+        )
         return 2
     if args.dry_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -600,15 +715,24 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sglang-check-") as tmp:
         stock = Arm("stock", unpack(args.stock, Path(tmp) / "stock"))
         patched = Arm("patched", unpack(args.patched, Path(tmp) / "patched"))
-        report = run(stock=stock, patched=patched, dry_run=args.dry_run, plan_doc=plan_doc, budget_s=args.budget,
-                     steps=max(1, args.steps), rounds=max(2, args.rounds))
+        report = run(
+            stock=stock,
+            patched=patched,
+            dry_run=args.dry_run,
+            plan_doc=plan_doc,
+            budget_s=args.budget,
+            steps=max(1, args.steps),
+            rounds=max(2, args.rounds),
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_name(args.out.name + ".tmp")
     partial.write_text(json.dumps(report, indent=2, default=str) + "\n")
     os.replace(partial, args.out)
     failed = [m["key"] for m in report["measurements"] if m["status"] == "failed"]
-    print(f"sglang_check: wrote {args.out} ({len(report['measurements'])} probes, failed: {failed or 'none'})",
-          file=sys.stderr)
+    print(
+        f"sglang_check: wrote {args.out} ({len(report['measurements'])} probes, failed: {failed or 'none'})",
+        file=sys.stderr,
+    )
     return 1 if failed else 0
 
 

@@ -31,20 +31,22 @@ def _x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: object)
 
 def test_trace_counts_eager_and_graph_launches_copies_and_sites() -> None:
     torch_dir = "/env/lib/python3.12/site-packages/torch/"
-    trace = {"traceEvents": [
-        _x("python_function", "sglang/srt/speculative/eagle_utils.py(238): build_chain_tree", 0, 100),
-        _x("python_function", f"{torch_dir}_tensor.py(40): wrapped", 10, 20),
-        _x("cuda_runtime", "cudaLaunchKernel", 15, 1, correlation=1),
-        _x("cuda_runtime", "cudaMemcpyAsync", 50, 1, correlation=2),
-        _x("cuda_runtime", "cudaGraphLaunch", 200, 1, correlation=3),
-        _x("cuda_runtime", "cudaMemcpyAsync", 300, 1, correlation=4),
-        _x("kernel", "void at::native::vectorized_elementwise_kernel<4>", 16, 2, tid=7, correlation=1),
-        _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 51, 1, tid=7, correlation=2, bytes=64),
-        _x("kernel", "triton_poi_fused_0", 201, 1, tid=7, correlation=3),
-        _x("kernel", "triton_poi_fused_1", 202, 1, tid=7, correlation=3),
-        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 301, 1, tid=7, correlation=4, bytes=16),
-        {"ph": "i", "name": "marker"},
-    ]}
+    trace = {
+        "traceEvents": [
+            _x("python_function", "sglang/srt/speculative/eagle_utils.py(238): build_chain_tree", 0, 100),
+            _x("python_function", f"{torch_dir}_tensor.py(40): wrapped", 10, 20),
+            _x("cuda_runtime", "cudaLaunchKernel", 15, 1, correlation=1),
+            _x("cuda_runtime", "cudaMemcpyAsync", 50, 1, correlation=2),
+            _x("cuda_runtime", "cudaGraphLaunch", 200, 1, correlation=3),
+            _x("cuda_runtime", "cudaMemcpyAsync", 300, 1, correlation=4),
+            _x("kernel", "void at::native::vectorized_elementwise_kernel<4>", 16, 2, tid=7, correlation=1),
+            _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 51, 1, tid=7, correlation=2, bytes=64),
+            _x("kernel", "triton_poi_fused_0", 201, 1, tid=7, correlation=3),
+            _x("kernel", "triton_poi_fused_1", 202, 1, tid=7, correlation=3),
+            _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 301, 1, tid=7, correlation=4, bytes=16),
+            {"ph": "i", "name": "marker"},
+        ]
+    }
     parsed = cc.parse_trace(trace, torch_dir=torch_dir)
     counts = parsed["counts"]
     assert counts["eager-launches"] == 1 and counts["graph-launches"] == 2
@@ -57,8 +59,17 @@ def test_trace_counts_eager_and_graph_launches_copies_and_sites() -> None:
 
 
 def test_interleave_is_abba() -> None:
-    assert cc.interleave(["stock", "off", "on"], 3) == ["stock", "off", "on", "on", "off", "stock",
-                                                        "stock", "off", "on"]
+    assert cc.interleave(["stock", "off", "on"], 3) == [
+        "stock",
+        "off",
+        "on",
+        "on",
+        "off",
+        "stock",
+        "stock",
+        "off",
+        "on",
+    ]
 
 
 def test_ratio_interval_brackets_the_ratio_and_says_which_side_is_faster() -> None:
@@ -103,4 +114,7 @@ def test_the_fused_sampler_is_left_on_on_the_gpu(tmp_path: Path) -> None:
     request = exl3.request_for("spec-round", "patched", {"options": {}}, False)
     assert "sampler" not in request  # exl3_probe.py picks upstream's fused temperature sampler on the GPU
     embed = exl3.request_for("spec-round", "patched", {"options": {"--embed_on_device": None}}, False)
-    assert embed["embed"] == "device" and exl3.request_for("spec-round", "flag_off", None, False)["embed"] == "host"
+    assert (
+        embed["embed"] == "device"
+        and exl3.request_for("spec-round", "flag_off", None, False)["embed"] == "host"
+    )

@@ -57,7 +57,9 @@ def test_every_declared_mechanism_has_a_device_measurement_planned(engine: str) 
         probe = plan.probe_for(engine, patch, metric, scenario)
         if probe is None and plan.not_on_one_gpu(engine, patch, metric) is None:
             gaps.append(f"{patch}: {metric} in {scenario}")
-    assert not gaps, "declared mechanisms with no device probe planned (scripts/device/plan.py):\n" + "\n".join(gaps)
+    assert not gaps, (
+        "declared mechanisms with no device probe planned (scripts/device/plan.py):\n" + "\n".join(gaps)
+    )
 
 
 @pytest.mark.parametrize("engine", ["sglang", "exllamav3"])
@@ -107,8 +109,10 @@ def test_budget_plan_skips_what_does_not_fit_with_the_reason() -> None:
 def test_the_default_run_fits_one_device_command_and_the_session() -> None:
     assert plan.DEFAULT_BUDGET_S <= 600 - 45, "one device command may run 10 minutes; keep a margin"
     split = plan.split_budget(plan.DEFAULT_BUDGET_S)
-    assert split["setup"] + max(split["sglang"], split["exllamav3_build"]) + split["exllamav3"] + split["report"] \
+    assert (
+        split["setup"] + max(split["sglang"], split["exllamav3_build"]) + split["exllamav3"] + split["report"]
         <= plan.DEFAULT_BUDGET_S
+    )
     # SGLang's whole plan runs inside its share; ExLlamaV3's builds run beside it, in the background
     sg = sum(x.probe.seconds for x in plan.budget_plan("sglang", split["sglang"]) if x.run)
     assert sg == sum(p.seconds for p in plan.probes("sglang") if not p.pending)
@@ -118,26 +122,68 @@ def test_the_default_run_fits_one_device_command_and_the_session() -> None:
 
 def test_patch_keys_survive_renumbering() -> None:
     assert plan.slug("0004-spec-select-the-topk-1-draft-token-inside-the-draft-.patch").startswith(
-        "spec-select-the-topk-1")
-    probe = plan.probe_for("sglang", "0099-spec-build-the-topk-1-verify-tree-in-closed-form.patch", "eager-launches",
-                           "draft-round")
+        "spec-select-the-topk-1"
+    )
+    probe = plan.probe_for(
+        "sglang",
+        "0099-spec-build-the-topk-1-verify-tree-in-closed-form.patch",
+        "eager-launches",
+        "draft-round",
+    )
     assert probe is not None and probe.key == "chain-tree"
-    assert plan.probe_for("sglang", "0006-spec-build-the-topk-1-verify-tree-in-closed-form.patch", "eager-launches",
-                          "decode-step") is None  # the scenario is part of the key
+    assert (
+        plan.probe_for(
+            "sglang",
+            "0006-spec-build-the-topk-1-verify-tree-in-closed-form.patch",
+            "eager-launches",
+            "decode-step",
+        )
+        is None
+    )  # the scenario is part of the key
 
 
 def _entry(**kw: Any) -> dict[str, Any]:
-    base = {"engine": "sglang", "patch": "0006-x.patch", "metric": "eager-launches", "direction": "decreases",
-            "scenario": "draft-round", "declared": "eager-launches decreases in draft-round",
-            "flag": "SGLANG_OPT_CHAIN_TREE=1", "env": {"SGLANG_OPT_CHAIN_TREE": "1"}, "options": {}, "default": False,
-            "key": "chain-tree", "metrics": ["eager-launches"], "pending": None}
+    base = {
+        "engine": "sglang",
+        "patch": "0006-x.patch",
+        "metric": "eager-launches",
+        "direction": "decreases",
+        "scenario": "draft-round",
+        "declared": "eager-launches decreases in draft-round",
+        "flag": "SGLANG_OPT_CHAIN_TREE=1",
+        "env": {"SGLANG_OPT_CHAIN_TREE": "1"},
+        "options": {},
+        "default": False,
+        "key": "chain-tree",
+        "metrics": ["eager-launches"],
+        "pending": None,
+    }
     return {**base, **kw}
 
 
 def _report(key: str, configs: dict[str, Any], scenario: str = "draft-round") -> dict[str, Any]:
-    return {"measurements": [{"key": key, "status": "ok", "by_scenario": {scenario: {
-        "configs": configs, "equal": {"flag_off_vs_patched": True},
-        "time": {"flag_off_vs_patched": {"stock_us": 10.0, "patched_us": 5.0, "ratio": 2.0, "ci": [1.8, 2.2]}}}}}]}
+    return {
+        "measurements": [
+            {
+                "key": key,
+                "status": "ok",
+                "by_scenario": {
+                    scenario: {
+                        "configs": configs,
+                        "equal": {"flag_off_vs_patched": True},
+                        "time": {
+                            "flag_off_vs_patched": {
+                                "stock_us": 10.0,
+                                "patched_us": 5.0,
+                                "ratio": 2.0,
+                                "ci": [1.8, 2.2],
+                            }
+                        },
+                    }
+                },
+            }
+        ]
+    }
 
 
 def _cfg(value: Any, metric: str = "eager-launches", site: str = "sglang/x.py:1") -> dict[str, Any]:
@@ -146,22 +192,30 @@ def _cfg(value: Any, metric: str = "eager-launches", site: str = "sglang/x.py:1"
 
 def test_records_judge_flag_off_against_flag_on_in_the_census_shape() -> None:
     resolved = {"entries": [_entry()], "not_on_one_gpu": [], "unplanned": []}
-    rec, = records.records(resolved, _report("chain-tree", {"stock": _cfg(30), "flag_off": _cfg(30),
-                                                            "patched": _cfg(28)}))
+    (rec,) = records.records(
+        resolved, _report("chain-tree", {"stock": _cfg(30), "flag_off": _cfg(30), "patched": _cfg(28)})
+    )
     for key in ("patch", "metric", "scenario", "flag", "stock", "patched", "declared", "holds", "sites"):
         assert key in rec
     assert (rec["before"], rec["after"], rec["holds"]) == (30, 28, True)
     assert rec["time"]["ratio"] == 2.0 and rec["sites"]["after"] == [["sglang/x.py:1", 28]]
-    worse, = records.records(resolved, _report("chain-tree", {"stock": _cfg(8), "flag_off": _cfg(8),
-                                                              "patched": _cfg(22)}))
+    (worse,) = records.records(
+        resolved, _report("chain-tree", {"stock": _cfg(8), "flag_off": _cfg(8), "patched": _cfg(22)})
+    )
     assert worse["holds"] is False and "does not decrease" in worse["note"]
 
 
 def test_records_never_count_a_failed_or_missing_side_as_holding() -> None:
-    resolved = {"entries": [_entry(), _entry(patch="0013-y.patch", key="splitk-fp8-gemm", pending=None)],
-                "not_on_one_gpu": [{**_entry(patch="0009-z.patch", metric="collectives"), "reason": "one rank"}],
-                "unplanned": []}
-    failed = {"stock": _cfg(30), "flag_off": {"report": None, "error": "ImportError: sgl_kernel"}, "patched": _cfg(1)}
+    resolved = {
+        "entries": [_entry(), _entry(patch="0013-y.patch", key="splitk-fp8-gemm", pending=None)],
+        "not_on_one_gpu": [{**_entry(patch="0009-z.patch", metric="collectives"), "reason": "one rank"}],
+        "unplanned": [],
+    }
+    failed = {
+        "stock": _cfg(30),
+        "flag_off": {"report": None, "error": "ImportError: sgl_kernel"},
+        "patched": _cfg(1),
+    }
     recs = records.records(resolved, _report("chain-tree", failed))
     assert [r["holds"] for r in recs] == [None, None, None]
     assert "sgl_kernel" in recs[0]["note"]
@@ -170,15 +224,26 @@ def test_records_never_count_a_failed_or_missing_side_as_holding() -> None:
 
 
 def test_records_of_an_always_on_patch_compare_stock_with_the_series() -> None:
-    entry = _entry(flag="default", env={}, default=True, direction="unchanged",
-                   declared="eager-launches unchanged in draft-round")
-    rec, = records.records({"entries": [entry], "not_on_one_gpu": [], "unplanned": []},
-                           _report("chain-tree", {"stock": _cfg(5), "flag_off": _cfg(5), "patched": _cfg(5)}))
+    entry = _entry(
+        flag="default",
+        env={},
+        default=True,
+        direction="unchanged",
+        declared="eager-launches unchanged in draft-round",
+    )
+    (rec,) = records.records(
+        {"entries": [entry], "not_on_one_gpu": [], "unplanned": []},
+        _report("chain-tree", {"stock": _cfg(5), "flag_off": _cfg(5), "patched": _cfg(5)}),
+    )
     assert rec["holds"] is True and rec["note"].startswith("stock -> patched")
 
 
 def test_a_pending_mechanism_is_never_judged_from_its_probes_other_configurations() -> None:
-    entry = _entry(patch="0005-q.patch", pending="the probe takes no quantized cache", flag="--draft_cache_quant=8")
-    rec, = records.records({"entries": [entry], "not_on_one_gpu": [], "unplanned": []},
-                           _report("chain-tree", {"stock": _cfg(9), "flag_off": _cfg(9), "patched": _cfg(9)}))
+    entry = _entry(
+        patch="0005-q.patch", pending="the probe takes no quantized cache", flag="--draft_cache_quant=8"
+    )
+    (rec,) = records.records(
+        {"entries": [entry], "not_on_one_gpu": [], "unplanned": []},
+        _report("chain-tree", {"stock": _cfg(9), "flag_off": _cfg(9), "patched": _cfg(9)}),
+    )
     assert rec["holds"] is None and "pending: the probe takes no quantized cache" in rec["note"]

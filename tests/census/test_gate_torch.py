@@ -30,52 +30,109 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes on 2 cores: scripts/test_long.sh
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "T",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "T",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "T",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
 
 # anchors in exllamav3/generator/generator.py (1.6.5) and what each patch inserts after them
 VERIFY_JOB = "                W = batch_logits.shape[1]\n"
-DEVICE_READ = ('                if os.environ.get("EXL3_OVL_SELFTEST_SYNC") == "1":\n'
-               "                    _peak = float(job_logits.amax().item())  # reads the device logits\n")
-HOST_READ = ('                if os.environ.get("EXL3_OVL_SELFTEST_HOST") == "1":\n'
-             "                    _width = int(torch.tensor(W).item())  # a host tensor: no device read\n")
+DEVICE_READ = (
+    '                if os.environ.get("EXL3_OVL_SELFTEST_SYNC") == "1":\n'
+    "                    _peak = float(job_logits.amax().item())  # reads the device logits\n"
+)
+HOST_READ = (
+    '                if os.environ.get("EXL3_OVL_SELFTEST_HOST") == "1":\n'
+    "                    _width = int(torch.tensor(W).item())  # a host tensor: no device read\n"
+)
 AFTER_FORWARD = '        p_export_states = params.get("export_states")\n'
-ONE_MORE_OP = ('        if os.environ.get("EXL3_OVL_SELFTEST_LAUNCH") == "1":\n'
-               "            batch_logits = batch_logits.clone()\n")
+ONE_MORE_OP = (
+    '        if os.environ.get("EXL3_OVL_SELFTEST_LAUNCH") == "1":\n'
+    "            batch_logits = batch_logits.clone()\n"
+)
 DRAFT_COPY = "        self.draft_ids_pinned[:batch_size, :window].copy_(new_ids[:batch_size, :window])\n"
-GRAPH_READS_HOST = ('        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH") == "1":\n'
-                    "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
-                    "                window = min(window, int((new_ids[:batch_size, :window] >= 0).sum(dim = 1).max().item()))\n")
-GRAPH_DEVICE_ONLY = ('        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH_OK") == "1":\n'
-                     "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
-                     "                new_ids = new_ids[:batch_size, :window].clone()\n")
+GRAPH_READS_HOST = (
+    '        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH") == "1":\n'
+    "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
+    "                window = min(window, int((new_ids[:batch_size, :window] >= 0).sum(dim = 1).max().item()))\n"
+)
+GRAPH_DEVICE_ONLY = (
+    '        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH_OK") == "1":\n'
+    "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
+    "                new_ids = new_ids[:batch_size, :window].clone()\n"
+)
 
-DRAFT_FORWARD = ("        out_state = self.draft_model.forward(\n            input_ids = batch_ids,\n"
-                 "            params = params,\n        )\n")
-GRAPH_OF_STANDIN = ('        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH_FWD") == "1":\n'
-                    "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
-                    "                out_state = self.draft_model.forward(input_ids = batch_ids, params = params)\n")
+DRAFT_FORWARD = (
+    "        out_state = self.draft_model.forward(\n            input_ids = batch_ids,\n"
+    "            params = params,\n        )\n"
+)
+GRAPH_OF_STANDIN = (
+    '        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH_FWD") == "1":\n'
+    "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
+    "                out_state = self.draft_model.forward(input_ids = batch_ids, params = params)\n"
+)
 
 PATCHES = [  # (subject, theme, flag, mechanism, anchor, insertion)
-    ("generator: claims fewer verify syncs but reads the logits per job", "h2d-sync", "EXL3_OVL_SELFTEST_SYNC=1",
-     "host-syncs decreases in spec-verify-step", VERIFY_JOB, DEVICE_READ),
-    ("generator: a host-side width read, syncs unchanged", "h2d-sync", "EXL3_OVL_SELFTEST_HOST=1",
-     "host-syncs unchanged in spec-verify-step", VERIFY_JOB, HOST_READ),
-    ("generator: claims fewer launches but clones the logits", "sampling-fusion", "EXL3_OVL_SELFTEST_LAUNCH=1",
-     "eager-launches decreases in spec-verify-step", AFTER_FORWARD, ONE_MORE_OP),
-    ("generator: the drafts' crop as a CUDA graph that reads the host", "cuda-graph", "EXL3_OVL_SELFTEST_GRAPH=1",
-     "capturable becomes-true in draft-round", DRAFT_COPY, GRAPH_READS_HOST),
-    ("generator: the drafts' crop as a CUDA graph, device work only", "cuda-graph", "EXL3_OVL_SELFTEST_GRAPH_OK=1",
-     "capturable becomes-true in draft-round", DRAFT_COPY, GRAPH_DEVICE_ONLY),
-    ("generator: the drafter's forward as a CUDA graph", "cuda-graph", "EXL3_OVL_SELFTEST_GRAPH_FWD=1",
-     "capturable becomes-true in draft-round", DRAFT_FORWARD, GRAPH_OF_STANDIN),
+    (
+        "generator: claims fewer verify syncs but reads the logits per job",
+        "h2d-sync",
+        "EXL3_OVL_SELFTEST_SYNC=1",
+        "host-syncs decreases in spec-verify-step",
+        VERIFY_JOB,
+        DEVICE_READ,
+    ),
+    (
+        "generator: a host-side width read, syncs unchanged",
+        "h2d-sync",
+        "EXL3_OVL_SELFTEST_HOST=1",
+        "host-syncs unchanged in spec-verify-step",
+        VERIFY_JOB,
+        HOST_READ,
+    ),
+    (
+        "generator: claims fewer launches but clones the logits",
+        "sampling-fusion",
+        "EXL3_OVL_SELFTEST_LAUNCH=1",
+        "eager-launches decreases in spec-verify-step",
+        AFTER_FORWARD,
+        ONE_MORE_OP,
+    ),
+    (
+        "generator: the drafts' crop as a CUDA graph that reads the host",
+        "cuda-graph",
+        "EXL3_OVL_SELFTEST_GRAPH=1",
+        "capturable becomes-true in draft-round",
+        DRAFT_COPY,
+        GRAPH_READS_HOST,
+    ),
+    (
+        "generator: the drafts' crop as a CUDA graph, device work only",
+        "cuda-graph",
+        "EXL3_OVL_SELFTEST_GRAPH_OK=1",
+        "capturable becomes-true in draft-round",
+        DRAFT_COPY,
+        GRAPH_DEVICE_ONLY,
+    ),
+    (
+        "generator: the drafter's forward as a CUDA graph",
+        "cuda-graph",
+        "EXL3_OVL_SELFTEST_GRAPH_FWD=1",
+        "capturable becomes-true in draft-round",
+        DRAFT_FORWARD,
+        GRAPH_OF_STANDIN,
+    ),
 ]
 
 
 def _commit(wt: Path, subject: str, theme: str, flag: str, mechanism: str) -> None:
-    msg = (f"{subject}\n\nTest fixture of tests/census/test_gate_torch.py.\n\nOverlay-Theme: {theme}\n"
-           "Overlay-Numerics: exact\nOverlay-Check: tests/census/test_gate_torch.py\n"
-           f"Upstream-Status: Inappropriate test fixture\nOverlay-Flag: {flag}\nOverlay-Mechanism: {mechanism}\n")
+    msg = (
+        f"{subject}\n\nTest fixture of tests/census/test_gate_torch.py.\n\nOverlay-Theme: {theme}\n"
+        "Overlay-Numerics: exact\nOverlay-Check: tests/census/test_gate_torch.py\n"
+        f"Upstream-Status: Inappropriate test fixture\nOverlay-Flag: {flag}\nOverlay-Mechanism: {mechanism}\n"
+    )
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
 
 
@@ -87,9 +144,13 @@ def _repo(tmp_path: Path) -> Path:
     (root / "patches" / "exllamav3").mkdir(parents=True)
     base = (REPO / "patches" / "exllamav3" / "series").read_text().splitlines()[0]
     (root / "patches" / "exllamav3" / "series").write_text(base + "\n")
-    standin = Path("support/testbackends/exllamav3/pythonpath")  # runtime.python-path: must lie inside the root
+    standin = Path(
+        "support/testbackends/exllamav3/pythonpath"
+    )  # runtime.python-path: must lie inside the root
     shutil.copytree(REPO / standin, root / standin)
-    (root / "tests" / "census").mkdir(parents=True)  # the fixtures' Overlay-Check names this file: lint wants it
+    (root / "tests" / "census").mkdir(
+        parents=True
+    )  # the fixtures' Overlay-Check names this file: lint wants it
     shutil.copy(Path(__file__), root / "tests" / "census" / Path(__file__).name)
     (root / "build").mkdir()
     for d in ("cache", "venvs"):
@@ -122,8 +183,9 @@ def test_the_torch_census_gate_names_each_wrong_declaration(tmp_path: Path, cli:
     assert device_read["holds"] is False and device_read["before"] == device_read["stock"] == 2.0
     assert device_read["after"] == device_read["before"] + 2
     line = gen.read_text().splitlines().index(DEVICE_READ.splitlines()[1]) + 1
-    assert [site for site, _n in device_read["sites"]["after"]
-            if site not in dict(device_read["sites"]["before"])] == [f"exllamav3/generator/generator.py:{line}"]
+    assert [
+        site for site, _n in device_read["sites"]["after"] if site not in dict(device_read["sites"]["before"])
+    ] == [f"exllamav3/generator/generator.py:{line}"]
     # ... the same call on a host tensor is no sync: the honest twin holds
     assert host_read["holds"] is True and host_read["after"] == host_read["before"] == 2.0
 
@@ -133,8 +195,9 @@ def test_the_torch_census_gate_names_each_wrong_declaration(tmp_path: Path, cli:
     # (b) the capture region is measured, not claimed: a host read inside it makes it uncapturable
     assert graph_reads["before"] is None and graph_reads["after"] is False and graph_reads["holds"] is False
     violations = graph_reads["detail"]["after"]["violations"]
-    assert violations and all(v.startswith("host sync") and "exllamav3/generator/generator.py:" in v
-                              for v in violations)
+    assert violations and all(
+        v.startswith("host sync") and "exllamav3/generator/generator.py:" in v for v in violations
+    )
     assert graph_reads["detail"]["before"]["violations"] == []
     assert graph_ok["before"] is None and graph_ok["after"] is True and graph_ok["holds"] is True
     # ... and a region around a stood-in forward is not judged: the counts alone would call it capturable
@@ -143,8 +206,9 @@ def test_the_torch_census_gate_names_each_wrong_declaration(tmp_path: Path, cli:
 
     failed = {g["subject"] for g in report["gates"] if not g["passed"]}
     assert failed == {names[0], names[2], names[3]}
-    assert {k: report["mechanism_summary"][k] for k in ("declared", "hold", "do_not_hold", "not_measured")} == {
-        "declared": 6, "hold": 2, "do_not_hold": 3, "not_measured": 1}
+    assert {
+        k: report["mechanism_summary"][k] for k in ("declared", "hold", "do_not_hold", "not_measured")
+    } == {"declared": 6, "hold": 2, "do_not_hold": 3, "not_measured": 1}
     for name in (names[0], names[2], names[3]):
         assert f"mechanism DOES NOT HOLD {name[:48]}" in r.out
     assert names[0] in r.err

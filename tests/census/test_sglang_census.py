@@ -33,7 +33,9 @@ def model() -> Path:
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
-    return get_adapter("sglang").run(run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3})
+    return get_adapter("sglang").run(
+        run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
+    )
 
 
 def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:

@@ -32,8 +32,24 @@ def _sites(cases: dict[str, Any], name: str, metric: str) -> list[list[Any]]:
     return list(cases[name]["report"]["sites"].get(metric, []))
 
 
-HOST_READS = ["item", "int", "bool", "if", "tolist", "cpu", "to_cpu", "numpy", "nonzero", "equal", "masked_select",
-              "unique", "bool_mask_index", "synchronize", "event_sync", "stream_sync"]
+HOST_READS = [
+    "item",
+    "int",
+    "bool",
+    "if",
+    "tolist",
+    "cpu",
+    "to_cpu",
+    "numpy",
+    "nonzero",
+    "equal",
+    "masked_select",
+    "unique",
+    "bool_mask_index",
+    "synchronize",
+    "event_sync",
+    "stream_sync",
+]
 
 
 @pytest.mark.parametrize("name", HOST_READS)
@@ -81,9 +97,14 @@ def test_collective_is_counted(cases: dict[str, Any]) -> None:
     assert _sites(cases, "collective", "collectives") == [[cases["collective"]["line"], 1]]
 
 
-@pytest.mark.parametrize(("name", "what"), [("capturable_item", "host sync (aten._local_scalar_dense)"),
-                                       ("capturable_nonzero", "data-dependent shape (aten.nonzero)"),
-                                       ("capturable_pageable", "pageable H2D copy (copy_)")])
+@pytest.mark.parametrize(
+    ("name", "what"),
+    [
+        ("capturable_item", "host sync (aten._local_scalar_dense)"),
+        ("capturable_nonzero", "data-dependent shape (aten.nonzero)"),
+        ("capturable_pageable", "pageable H2D copy (copy_)"),
+    ],
+)
 def test_capturable_raises_naming_the_site(cases: dict[str, Any], name: str, what: str) -> None:
     assert cases[name]["error"] == f"{what} at {cases[name]['line']} inside a capturable region"
     assert _metrics(cases, name)["capturable"] is False
@@ -134,4 +155,6 @@ def test_blind_spots_behave_as_documented(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "blind_numpy_work")["host-syncs"] == 1.0
     assert _metrics(cases, "blind_numpy_work")["eager-launches"] == 0.0
     assert _metrics(cases, "blind_to_cpu_device")["host-syncs"] == 1.0  # over-counts: spell the device cpu:0
-    assert _metrics(cases, "blind_cpu_factory")["host-syncs"] == 1.0  # over-counts: make host buffers in c.host()
+    assert (
+        _metrics(cases, "blind_cpu_factory")["host-syncs"] == 1.0
+    )  # over-counts: make host buffers in c.host()

@@ -13,23 +13,52 @@ import pytest
 from support import Cli
 
 REPO = Path(__file__).resolve().parents[2]
-QUICK = ["--target-kind", "llama-random", "--draft-kind", "llama-draft-random", "--reps", "1", "--positions", "2048",
-         "--allow-few-positions", "--max-tokens", "12"]
+QUICK = [
+    "--target-kind",
+    "llama-random",
+    "--draft-kind",
+    "llama-draft-random",
+    "--reps",
+    "1",
+    "--positions",
+    "2048",
+    "--allow-few-positions",
+    "--max-tokens",
+    "12",
+]
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "T",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "T",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "T",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
 
 
 def chromium_dom(html: Path, screenshot: Path) -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         pytest.fail("chromium is not installed (scripts/test.sh installs Debian's chromium)")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={html.parent / '.chromium'}"]
-    subprocess.run([exe, *flags, f"--screenshot={screenshot}", "--window-size=1300,2400", html.as_uri()],
-                   capture_output=True, timeout=120)
-    dom = subprocess.run([exe, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        f"--user-data-dir={html.parent / '.chromium'}",
+    ]
+    subprocess.run(
+        [exe, *flags, f"--screenshot={screenshot}", "--window-size=1300,2400", html.as_uri()],
+        capture_output=True,
+        timeout=120,
+    )
+    dom = subprocess.run(
+        [exe, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120
+    )
     return dom.stdout
 
 
@@ -38,7 +67,17 @@ def test_check_mlx_lm_passes_on_the_shipped_series(cli: Cli) -> None:
     r = cli("--root", str(REPO), "check", "mlx-lm", *QUICK)
     assert r.code == 0, r.err + r.out
     report = json.loads((REPO / "build" / "reports" / "mlx-lm-check.json").read_text())
-    for key in ("engine", "model", "arms", "greedy", "logits", "speculative", "speed", "noise_floor", "verdict"):
+    for key in (
+        "engine",
+        "model",
+        "arms",
+        "greedy",
+        "logits",
+        "speculative",
+        "speed",
+        "noise_floor",
+        "verdict",
+    ):
         assert key in report
     assert report["verdict"] == "pass" and report["greedy"]["identical"]
     assert report["logits"]["positions"] >= 2048
@@ -50,7 +89,9 @@ def test_check_mlx_lm_passes_on_the_shipped_series(cli: Cli) -> None:
     assert set(report["speed"]["ratio"]) >= {"decode", "prefill", "cold_start"}
     assert report["noise_floor"]["logits"]["bit_identical"]
     assert "greedy" in r.out and "gate pass" in r.out
-    dom = chromium_dom(REPO / "build" / "reports" / "mlx-lm-check.html", REPO / "build" / "reports" / "mlx-lm-check.png")
+    dom = chromium_dom(
+        REPO / "build" / "reports" / "mlx-lm-check.html", REPO / "build" / "reports" / "mlx-lm-check.png"
+    )
     assert "PASS" in dom and "Teacher-forced logits" in dom and "Speculative decoding" in dom
     for p in report["series"]["patches"]:
         assert p["name"] in dom
@@ -73,11 +114,16 @@ def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli:
         (root / "build" / d).symlink_to(REPO / "build" / d)
     wt = Path(cli("--root", str(root), "-q", "checkout", "mlx-lm").out.strip())
     llama = wt / "mlx_lm" / "models" / "llama.py"
-    llama.write_text(llama.read_text().replace("            out = self.lm_head(out)\n",
-                                               "            out = self.lm_head(out) * 1.0001\n", 1))
-    msg = ("llama: scale logits (a deliberately inexact change)\n\nTest fixture: claims exact but is not.\n\n"
-           "Overlay-Theme: other\nOverlay-Numerics: exact\nOverlay-Check: tests/check/test_check_mlx.py::"
-           "test_per_patch_attributes_a_numerics_change_and_exits_4\nUpstream-Status: Inappropriate test fixture\nOverlay-Flag: default\n")
+    llama.write_text(
+        llama.read_text().replace(
+            "            out = self.lm_head(out)\n", "            out = self.lm_head(out) * 1.0001\n", 1
+        )
+    )
+    msg = (
+        "llama: scale logits (a deliberately inexact change)\n\nTest fixture: claims exact but is not.\n\n"
+        "Overlay-Theme: other\nOverlay-Numerics: exact\nOverlay-Check: tests/check/test_check_mlx.py::"
+        "test_per_patch_attributes_a_numerics_change_and_exits_4\nUpstream-Status: Inappropriate test fixture\nOverlay-Flag: default\n"
+    )
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
     assert cli("--root", str(root), "-q", "refresh", "mlx-lm").code == 0
     n = len((root / "patches" / "mlx-lm" / "series").read_text().splitlines()) - 1

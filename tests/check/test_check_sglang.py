@@ -14,8 +14,19 @@ pytestmark = [pytest.mark.network, pytest.mark.long]
 
 
 def test_check_sglang_cpu_engine(cli: Cli) -> None:
-    r = cli("--root", str(REPO), "check", "sglang", "--reps", "1", "--positions", "512", "--allow-few-positions",
-            "--max-tokens", "8")
+    r = cli(
+        "--root",
+        str(REPO),
+        "check",
+        "sglang",
+        "--reps",
+        "1",
+        "--positions",
+        "512",
+        "--allow-few-positions",
+        "--max-tokens",
+        "8",
+    )
     assert r.code == 0, r.err + r.out
     report = json.loads((REPO / "build" / "reports" / "sglang-check.json").read_text())
     assert report["mode"] == "engine" and report["greedy"]["identical"]

@@ -13,14 +13,34 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.network, pytest.mark.long]
-RECORD_KEYS = {"patch", "metric", "direction", "scenario", "declared", "flag", "stock", "flag_off", "patched",
-               "before", "after", "holds", "sites", "note", "time"}
+RECORD_KEYS = {
+    "patch",
+    "metric",
+    "direction",
+    "scenario",
+    "declared",
+    "flag",
+    "stock",
+    "flag_off",
+    "patched",
+    "before",
+    "after",
+    "holds",
+    "sites",
+    "note",
+    "time",
+}
 
 
 def test_device_check_dry_run(tmp_path: Path) -> None:
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "device_check.sh"), "run", "--dry-run", "--budget", "540"],
-                          cwd=REPO, env={**os.environ, "OUT": str(tmp_path)}, capture_output=True, text=True,
-                          timeout=3600)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "device_check.sh"), "run", "--dry-run", "--budget", "540"],
+        cwd=REPO,
+        env={**os.environ, "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "budget plan: setup 40 s" in proc.stderr
     report = json.loads((tmp_path / "device-check.json").read_text())

@@ -32,8 +32,9 @@ def _words(prompt: str, n: int, *, diverge: bool) -> list[str]:
     return [" " + w for w in base]
 
 
-def _server(*, diverge: bool = False, lp_offset: float = 0.0, delay: float = 0.001, calls: list[str] | None = None
-            ) -> ThreadingHTTPServer:
+def _server(
+    *, diverge: bool = False, lp_offset: float = 0.0, delay: float = 0.001, calls: list[str] | None = None
+) -> ThreadingHTTPServer:
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a: Any) -> None:
             pass
@@ -58,14 +59,23 @@ def _server(*, diverge: bool = False, lp_offset: float = 0.0, delay: float = 0.0
             words = _words(prompt, body["max_tokens"], diverge=diverge)
 
             def choice(text: str) -> dict[str, Any]:
-                return {"index": 0, "delta" if body.get("stream") and chat else "message" if chat else "text":
-                        {"content": text} if chat else text}
+                return {
+                    "index": 0,
+                    "delta" if body.get("stream") and chat else "message" if chat else "text": {
+                        "content": text
+                    }
+                    if chat
+                    else text,
+                }
 
             if not body.get("stream"):
                 c = choice("".join(words))
                 if body.get("logprobs"):
-                    c["logprobs"] = {"content": [{"id": i, "logprob": -0.5 - 0.01 * i + lp_offset}
-                                                 for i in range(len(words))]}
+                    c["logprobs"] = {
+                        "content": [
+                            {"id": i, "logprob": -0.5 - 0.01 * i + lp_offset} for i in range(len(words))
+                        ]
+                    }
                 self._json({"choices": [c], "usage": {"completion_tokens": len(words)}})
                 return
             self.send_response(200)
@@ -76,8 +86,9 @@ def _server(*, diverge: bool = False, lp_offset: float = 0.0, delay: float = 0.0
                 self.wfile.write(f"data: {json.dumps({'choices': [choice(w)]})}\n\n".encode())
                 self.wfile.flush()
             if (body.get("stream_options") or {}).get("include_usage"):
-                self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': len(words)}})}\n\n"
-                                 .encode())
+                self.wfile.write(
+                    f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': len(words)}})}\n\n".encode()
+                )
             self.wfile.write(b"data: [DONE]\n\n")
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -98,15 +109,22 @@ def pair() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
 
 
 def _opts(tmp_path: Path, a: str, b: str, **kw: Any) -> EndpointOptions:
-    return EndpointOptions(stock_url=a, patched_url=b, json_path=tmp_path / "e.json", html_path=tmp_path / "e.html",
-                           **{"requests": 8, "concurrency": 2, "max_tokens": 12, **kw})
+    return EndpointOptions(
+        stock_url=a,
+        patched_url=b,
+        json_path=tmp_path / "e.json",
+        html_path=tmp_path / "e.html",
+        **{"requests": 8, "concurrency": 2, "max_tokens": 12, **kw},
+    )
 
 
 def test_identical_servers_pass_with_latency_percentiles(tmp_path: Path, pair: Any) -> None:
     a, b = pair
     rep = run_endpoints(root=tmp_path, options=_opts(tmp_path, _url(a), _url(b) + "/v1/"))
     assert rep["verdict"] == "pass" and rep["identity"]["identical_count"] == 4
-    assert rep["identity"]["logprobs"]["max_abs_diff"] == 0.0 and rep["identity"]["logprobs"]["positions"] == 48
+    assert (
+        rep["identity"]["logprobs"]["max_abs_diff"] == 0.0 and rep["identity"]["logprobs"]["positions"] == 48
+    )
     ld = rep["load"]
     assert ld["rounds"] == 4 and ld["arms"]["stock"]["requests"] == ld["arms"]["patched"]["requests"] == 8
     for arm in ("stock", "patched"):
@@ -119,7 +137,9 @@ def test_identical_servers_pass_with_latency_percentiles(tmp_path: Path, pair: A
     assert ld["ratio"]["output_tok_s"]["ratio"] < 1 and ld["ratio"]["output_tok_s"]["better"] == "higher"
     assert ld["ratio"]["ttft"]["better"] == "lower"
     on_disk = json.loads((tmp_path / "e.json").read_text())
-    assert on_disk["servers"]["patched"]["url"] == _url(b) and on_disk["servers"]["stock"]["model"] == "stand-in"
+    assert (
+        on_disk["servers"]["patched"]["url"] == _url(b) and on_disk["servers"]["stock"]["model"] == "stand-in"
+    )
     assert "Greedy identity" in (tmp_path / "e.html").read_text()
 
 
@@ -152,8 +172,10 @@ def test_a_divergent_server_fails_greedy_identity(tmp_path: Path) -> None:
 def test_time_limit_bounds_the_load_phase(tmp_path: Path) -> None:
     a, b = _server(delay=0.02), _server(delay=0.02)
     try:
-        rep = run_endpoints(root=tmp_path, options=_opts(tmp_path, _url(a), _url(b), requests=40, concurrency=2,
-                                                         time_limit_s=0.5))
+        rep = run_endpoints(
+            root=tmp_path,
+            options=_opts(tmp_path, _url(a), _url(b), requests=40, concurrency=2, time_limit_s=0.5),
+        )
     finally:
         a.shutdown()
         b.shutdown()
@@ -168,7 +190,9 @@ def test_unreachable_server_and_bad_urls_are_usage_errors(tmp_path: Path) -> Non
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(UsageError, match="does not answer GET /v1/models") as exc:
-        run_endpoints(root=tmp_path, options=_opts(tmp_path, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}"))
+        run_endpoints(
+            root=tmp_path, options=_opts(tmp_path, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}")
+        )
     assert exc.value.return_code == 2 and not (tmp_path / "e.json").exists()
     with pytest.raises(UsageError, match="is not an http"):
         normalize_url("localhost:8000", "STOCK_URL")
@@ -178,8 +202,24 @@ def test_unreachable_server_and_bad_urls_are_usage_errors(tmp_path: Path) -> Non
 
 def test_cli_endpoints_prints_the_table(cli: Any, tmp_path: Path, pair: Any) -> None:
     a, b = pair
-    r = cli("--root", str(REPO), "check", "--endpoints", _url(a), _url(b), "--requests", "4", "--concurrency", "2",
-            "--max-tokens", "6", "--json", str(tmp_path / "c.json"), "--html", str(tmp_path / "c.html"))
+    r = cli(
+        "--root",
+        str(REPO),
+        "check",
+        "--endpoints",
+        _url(a),
+        _url(b),
+        "--requests",
+        "4",
+        "--concurrency",
+        "2",
+        "--max-tokens",
+        "6",
+        "--json",
+        str(tmp_path / "c.json"),
+        "--html",
+        str(tmp_path / "c.html"),
+    )
     assert r.code == 0, r.err
     assert "overlay check --endpoints: PASS" in r.out and "TTFT p50" in r.out and "tok/s p50" in r.out
     r2 = cli("--root", str(REPO), "check", "mlx-lm", "--endpoints", _url(a), _url(b))
@@ -200,7 +240,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[str], deadline: float) -> None:
 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"mlx_lm.server exited {proc.returncode}: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+            raise AssertionError(
+                f"mlx_lm.server exited {proc.returncode}: {proc.stderr.read()[-2000:] if proc.stderr else ''}"
+            )
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
@@ -229,20 +271,56 @@ def test_two_real_mlx_lm_servers_stock_and_patched(tmp_path: Path) -> None:
         for arm in (stock, patched):
             port = _free_port()
             env = {**__import__("os").environ, **arm.env}
-            procs.append(subprocess.Popen([str(arm.python), "-m", "mlx_lm.server", "--model", str(model), "--host",
-                                           "127.0.0.1", "--port", str(port)], env=env, text=True,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(arm.python),
+                        "-m",
+                        "mlx_lm.server",
+                        "--model",
+                        str(model),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                    ],
+                    env=env,
+                    text=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+            )
             urls.append(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 240
         for url, proc in zip(urls, procs):
             _wait_ready(url, proc, deadline)
         prompts = tmp_path / "p.jsonl"
-        prompts.write_text("\n".join(json.dumps({"text": t, "category": c}) for c, t in (
-            ("code", "def add(a, b):"), ("prose", "Once upon a time"), ("list", "1. apples\n2.")) ) + "\n")
+        prompts.write_text(
+            "\n".join(
+                json.dumps({"text": t, "category": c})
+                for c, t in (
+                    ("code", "def add(a, b):"),
+                    ("prose", "Once upon a time"),
+                    ("list", "1. apples\n2."),
+                )
+            )
+            + "\n"
+        )
         t0 = time.monotonic()
-        rep = run_endpoints(root=tmp_path, options=EndpointOptions(
-            stock_url=urls[0], patched_url=urls[1], prompts_file=prompts, requests=6, concurrency=2, max_tokens=16,
-            time_limit_s=120, json_path=tmp_path / "e.json", html_path=tmp_path / "e.html"))
+        rep = run_endpoints(
+            root=tmp_path,
+            options=EndpointOptions(
+                stock_url=urls[0],
+                patched_url=urls[1],
+                prompts_file=prompts,
+                requests=6,
+                concurrency=2,
+                max_tokens=16,
+                time_limit_s=120,
+                json_path=tmp_path / "e.json",
+                html_path=tmp_path / "e.html",
+            ),
+        )
         assert time.monotonic() - t0 < 300
     finally:
         for p in procs:

@@ -21,20 +21,26 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _patch(n: int, numerics: str, *flags: str) -> Patch:
     trailers = "".join(f"Overlay-Flag: {f}\n" for f in flags)
-    raw = (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-           f"From: T <t@example.com>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: [PATCH] p{n}\n\n"
-           f"body\n\nOverlay-Theme: other\nOverlay-Numerics: {numerics}\n{trailers}---\n"
-           f" a{n}.py | 1 +\n 1 file changed, 1 insertion(+)\n\n"
-           f"diff --git a/a{n}.py b/a{n}.py\nindex 0000000..1111111 100644\n--- a/a{n}.py\n+++ b/a{n}.py\n"
-           f"@@ -1 +1,2 @@\n x = 1\n+y = 2\n-- \n2.40.0\n").encode()
+    raw = (
+        f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: T <t@example.com>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: [PATCH] p{n}\n\n"
+        f"body\n\nOverlay-Theme: other\nOverlay-Numerics: {numerics}\n{trailers}---\n"
+        f" a{n}.py | 1 +\n 1 file changed, 1 insertion(+)\n\n"
+        f"diff --git a/a{n}.py b/a{n}.py\nindex 0000000..1111111 100644\n--- a/a{n}.py\n+++ b/a{n}.py\n"
+        f"@@ -1 +1,2 @@\n x = 1\n+y = 2\n-- \n2.40.0\n"
+    ).encode()
     return parse_patch_bytes(raw, name=f"{n:04d}-p{n}.patch")
 
 
 @pytest.fixture
 def series() -> list[Patch]:
-    return [_patch(1, "exact", "default"), _patch(2, "approximate", "DEMO_FAST=1"),
-            _patch(3, "lossless", "--spec-mode=tree"), _patch(4, "exact", "DEMO_FAST=1", "--spec-mode=tree"),
-            _patch(5, "exact")]
+    return [
+        _patch(1, "exact", "default"),
+        _patch(2, "approximate", "DEMO_FAST=1"),
+        _patch(3, "lossless", "--spec-mode=tree"),
+        _patch(4, "exact", "DEMO_FAST=1", "--spec-mode=tree"),
+        _patch(5, "exact"),
+    ]
 
 
 def test_fixture_patches_parse_their_flags(series: list[Patch]) -> None:
@@ -44,7 +50,10 @@ def test_fixture_patches_parse_their_flags(series: list[Patch]) -> None:
 
 def test_none_leaves_opt_in_patches_out_of_the_gate_class(series: list[Patch]) -> None:
     c = choose(series, "none", engine="demo")
-    assert [p.name[:4] for p in c.active] == ["0001", "0005"]  # default and trailer-less patches are always on
+    assert [p.name[:4] for p in c.active] == [
+        "0001",
+        "0005",
+    ]  # default and trailer-less patches are always on
     assert series_class(c.active) == "exact" and series_class(series) == "approximate"
     assert c.env == {} and c.options == {}
     rep = c.report()
@@ -117,7 +126,9 @@ def test_cli_options_reach_the_patched_arms_requests_only(tmp_path: Path) -> Non
     greedy = cast(WorkerRequest, {"task": "greedy"})
     ad.run(mk("stock"), greedy)
     ad.run(mk("patched"), greedy)
-    ad.run(mk("patched"), cast(WorkerRequest, {"task": "census", "options": {"--x": None}}))  # sets its own per patch
+    ad.run(
+        mk("patched"), cast(WorkerRequest, {"task": "census", "options": {"--x": None}})
+    )  # sets its own per patch
     assert rec.requests[0][1] == {"task": "greedy"}
     assert rec.requests[1][1]["options"] == {"--spec-mode": "tree"}
     assert rec.requests[2][1]["options"] == {"--x": None}
@@ -144,16 +155,27 @@ class _NoCensus:
 
 
 @pytest.mark.parametrize("gate", [None, False])
-def test_the_report_says_when_the_mechanism_gate_is_off(tmp_path: Path, series: list[Patch], gate: bool | None) -> None:
+def test_the_report_says_when_the_mechanism_gate_is_off(
+    tmp_path: Path, series: list[Patch], gate: bool | None
+) -> None:
     from overlay.check.steps import mechanism_step
     from overlay.progress import NullReporter
 
     arm = Arm(name="stock", engine="demo", venv=tmp_path, wheel=tmp_path / "w.whl", version="1")
     report: dict[str, Any] = {"engine": "demo", "notes": []}
     gates: list[dict[str, Any]] = []
-    mechanism_step(report, gates, root=tmp_path, adapter=_NoCensus(), stock=arm, patched=arm,  # type: ignore[arg-type]
-                   patches=series, models=None, options=CheckOptions(engine="demo", gate_mechanism=gate),
-                   reporter=NullReporter())
+    mechanism_step(
+        report,
+        gates,
+        root=tmp_path,
+        adapter=_NoCensus(),
+        stock=arm,
+        patched=arm,  # type: ignore[arg-type]
+        patches=series,
+        models=None,
+        options=CheckOptions(engine="demo", gate_mechanism=gate),
+        reporter=NullReporter(),
+    )
     assert report["mechanism_summary"]["gated"] is (gate is None)
     off = [n for n in report["notes"] if "NOT GATED" in n]
     assert bool(off) is (gate is False)

@@ -29,23 +29,33 @@ def _write(tmp_path: Path, lines: list[str], name: str = "p.jsonl") -> Path:
 
 
 def test_prompts_text_and_chat(tmp_path: Path) -> None:
-    f = _write(tmp_path, [json.dumps({"text": "def f():", "category": "code"}), "",
-                          json.dumps({"messages": [{"role": "system", "content": "be brief"},
-                                                   {"role": "user", "content": "hi"}]})])
+    f = _write(
+        tmp_path,
+        [
+            json.dumps({"text": "def f():", "category": "code"}),
+            "",
+            json.dumps(
+                {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}
+            ),
+        ],
+    )
     specs = load_prompts(f)
     assert [s.category for s in specs] == ["code", "line 3"]
     assert specs[0].text == "def f():" and specs[1].messages == (("system", "be brief"), ("user", "hi"))
 
 
-@pytest.mark.parametrize(("line", "why"), [
-    ('{"text": "ok"', "line 2: not JSON"),
-    ('["text"]', "line 2: a JSON list, not an object"),
-    ('{"txt": "x"}', "line 2: unknown key(s) 'txt'"),
-    ('{"text": "x", "messages": []}', "line 2: needs exactly one of"),
-    ('{"text": "  "}', "line 2: \"text\" must be a non-empty string"),
-    ('{"messages": [{"role": "robot", "content": "x"}]}', "line 2: message 0: role 'robot'"),
-    ('{"messages": [{"role": "user"}]}', "line 2: message 0 needs string"),
-])
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"text": "ok"', "line 2: not JSON"),
+        ('["text"]', "line 2: a JSON list, not an object"),
+        ('{"txt": "x"}', "line 2: unknown key(s) 'txt'"),
+        ('{"text": "x", "messages": []}', "line 2: needs exactly one of"),
+        ('{"text": "  "}', 'line 2: "text" must be a non-empty string'),
+        ('{"messages": [{"role": "robot", "content": "x"}]}', "line 2: message 0: role 'robot'"),
+        ('{"messages": [{"role": "user"}]}', "line 2: message 0 needs string"),
+    ],
+)
 def test_bad_prompt_lines_name_the_line(tmp_path: Path, line: str, why: str) -> None:
     f = _write(tmp_path, [json.dumps({"text": "fine"}), line])
     with pytest.raises(UsageError) as exc:
@@ -101,11 +111,17 @@ def _manifest() -> Any:
 def test_given_wheels_are_validated(tmp_path: Path) -> None:
     files = {"demo_pkg/__init__.py": b"x = 1\n"}
     stock = make_wheel(tmp_path / "s" / "demo_engine-1.2.0-py3-none-any.whl", files)
-    prov = {"series": {"sha256": "a" * 64, "patches": [{"name": "0001-x.patch", "sha256": "f" * 64,
-                                                        "numerics": "lossless"}]}}
-    patched = make_wheel(tmp_path / "p" / "demo_engine-1.2.0+ovl.1.gaaaa-py3-none-any.whl",
-                         {**files, "demo_engine-1.2.0+ovl.1.gaaaa.dist-info/overlay.json": json.dumps(prov).encode()},
-                         version="1.2.0+ovl.1.gaaaa")
+    prov = {
+        "series": {
+            "sha256": "a" * 64,
+            "patches": [{"name": "0001-x.patch", "sha256": "f" * 64, "numerics": "lossless"}],
+        }
+    }
+    patched = make_wheel(
+        tmp_path / "p" / "demo_engine-1.2.0+ovl.1.gaaaa-py3-none-any.whl",
+        {**files, "demo_engine-1.2.0+ovl.1.gaaaa.dist-info/overlay.json": json.dumps(prov).encode()},
+        version="1.2.0+ovl.1.gaaaa",
+    )
     assert given_wheel(stock, _manifest(), option="--stock-wheel", patched=False).version == "1.2.0"
     g = given_wheel(patched, _manifest(), option="--patched-wheel", patched=True)
     held, notes = patches_of(g, ())
@@ -114,7 +130,9 @@ def test_given_wheels_are_validated(tmp_path: Path) -> None:
         given_wheel(stock, _manifest(), option="--patched-wheel", patched=True)
     with pytest.raises(UsageError, match="is an overlay-built"):
         given_wheel(patched, _manifest(), option="--stock-wheel", patched=False)
-    other = make_wheel(tmp_path / "o" / "other_engine-1.0-py3-none-any.whl", files, dist="other_engine", version="1.0")
+    other = make_wheel(
+        tmp_path / "o" / "other_engine-1.0-py3-none-any.whl", files, dist="other_engine", version="1.0"
+    )
     with pytest.raises(UsageError, match="is a wheel of 'other_engine', not 'demo-engine'"):
         given_wheel(other, _manifest(), option="--stock-wheel", patched=False)
     with pytest.raises(UsageError, match="not a wheel file"):
@@ -134,11 +152,21 @@ def test_sampling_compare_detects_a_changed_distribution() -> None:
     def runs(p: list[float], n: int) -> list[list[list[int]]]:
         return [[rng.choice(4, size=3, p=p).tolist() for _ in range(n)]]
 
-    same = sampling.compare(runs([0.4, 0.3, 0.2, 0.1], 300), runs([0.4, 0.3, 0.2, 0.1], 300), categories=["a"],
-                            temperature=0.7, positions=3)
+    same = sampling.compare(
+        runs([0.4, 0.3, 0.2, 0.1], 300),
+        runs([0.4, 0.3, 0.2, 0.1], 300),
+        categories=["a"],
+        temperature=0.7,
+        positions=3,
+    )
     assert same["equal"] and same["informative_tests"] == 3 and sampling.gate(same, "lossless")["passed"]
-    moved = sampling.compare(runs([0.4, 0.3, 0.2, 0.1], 300), runs([0.25, 0.45, 0.2, 0.1], 300), categories=["a"],
-                             temperature=0.7, positions=3)
+    moved = sampling.compare(
+        runs([0.4, 0.3, 0.2, 0.1], 300),
+        runs([0.25, 0.45, 0.2, 0.1], 300),
+        categories=["a"],
+        temperature=0.7,
+        positions=3,
+    )
     assert not moved["equal"] and not sampling.gate(moved, "lossless")["passed"]
     a = runs([0.4, 0.3, 0.2, 0.1], 50)
     ident = sampling.compare(a, a, categories=["a"], temperature=0.7, positions=3)

@@ -20,7 +20,11 @@ def test_flags_estimate_without_engine_counters() -> None:
 def test_engine_counters_kept_and_used_only_when_asked() -> None:
     run = {"results": [{"from_draft": f, "stats": st} for f, st in zip(FLAGS, STATS)]}
     exact = spec_summary(run, 3)
-    assert exact["counters"] == "engine" and (exact["accepted"], exact["drafted"], exact["cycles"]) == (4, 8, 3)
+    assert exact["counters"] == "engine" and (exact["accepted"], exact["drafted"], exact["cycles"]) == (
+        4,
+        8,
+        3,
+    )
     assert exact["acceptance_rate"] == 0.5
     # Compared with an arm that has no counters: both from the flags, the engine's kept beside them.
     like = spec_summary(run, 3, engine_counters=False)

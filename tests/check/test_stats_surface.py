@@ -43,7 +43,7 @@ def test_ratio_ci() -> None:
     assert same["ratio"] == same["ci_low"] == same["ci_high"] == 1.0
 
 
-STOCK = b'''
+STOCK = b"""
 def generate(model, prompt, max_tokens=256, *, sampler=None):
     pass
 
@@ -58,13 +58,17 @@ class Cache:
         pass
     def state(self):
         pass
-'''
+"""
 
 
 @pytest.mark.parametrize(
     ("patched", "removed", "changed"),
     [
-        (STOCK.replace(b"max_tokens=256, *,", b"max_tokens=256, *, draft=None,"), [], []),  # new kwarg with default
+        (
+            STOCK.replace(b"max_tokens=256, *,", b"max_tokens=256, *, draft=None,"),
+            [],
+            [],
+        ),  # new kwarg with default
         (STOCK.replace(b"def helper(a, b)", b"def helper(a, b, c)"), [], ["mod.helper"]),
         (STOCK.replace(b"    def state(self):\n        pass\n", b""), ["mod.Cache.state"], []),
         (STOCK.replace(b"def helper(a, b)", b"def helper(b, a)"), [], ["mod.helper"]),
@@ -84,15 +88,43 @@ def test_surface_compare(patched: bytes, removed: list[str], changed: list[str])
 
 def test_html_renders_every_section_self_contained() -> None:
     report = {
-        "engine": "demo", "verdict": "fail", "mode": "engine", "created": "now",
-        "arms": {"stock": {"wheel": "a.whl", "version": "1"}, "patched": {"wheel": "b.whl", "version": "1+ovl"}},
-        "series": {"class": "exact", "patches": [{"name": "0001-x.patch", "numerics": "exact", "theme": "other", "subject": "x <b>"}]},
-        "gates": [{"subject": "series", "class": "exact", "gate": "greedy identical", "passed": False, "detail": "19/20"}],
-        "logits": stats.summarize([stats.agreement(np.zeros((4, 3)), np.ones((4, 3)) * [0, 1, 2], np.array([0, 1, 2, 0]))]),
-        "speed": {"stock": {"decode_tok_s": stats.spread([1, 2, 3])}, "patched": {"decode_tok_s": stats.spread([2, 3, 4])},
-                  "ratio": {"decode": stats.ratio_ci([2, 3, 4], [1, 2, 3])}},
-        "per_patch": [{"patch": "0001-x.patch", "numerics": "exact", "greedy_identical_to_previous": True,
-                       "decode_ratio_vs_previous": stats.ratio_ci([2, 3], [1, 2])}],
+        "engine": "demo",
+        "verdict": "fail",
+        "mode": "engine",
+        "created": "now",
+        "arms": {
+            "stock": {"wheel": "a.whl", "version": "1"},
+            "patched": {"wheel": "b.whl", "version": "1+ovl"},
+        },
+        "series": {
+            "class": "exact",
+            "patches": [{"name": "0001-x.patch", "numerics": "exact", "theme": "other", "subject": "x <b>"}],
+        },
+        "gates": [
+            {
+                "subject": "series",
+                "class": "exact",
+                "gate": "greedy identical",
+                "passed": False,
+                "detail": "19/20",
+            }
+        ],
+        "logits": stats.summarize(
+            [stats.agreement(np.zeros((4, 3)), np.ones((4, 3)) * [0, 1, 2], np.array([0, 1, 2, 0]))]
+        ),
+        "speed": {
+            "stock": {"decode_tok_s": stats.spread([1, 2, 3])},
+            "patched": {"decode_tok_s": stats.spread([2, 3, 4])},
+            "ratio": {"decode": stats.ratio_ci([2, 3, 4], [1, 2, 3])},
+        },
+        "per_patch": [
+            {
+                "patch": "0001-x.patch",
+                "numerics": "exact",
+                "greedy_identical_to_previous": True,
+                "decode_ratio_vs_previous": stats.ratio_ci([2, 3], [1, 2]),
+            }
+        ],
     }
     page = render(report)
     assert "x &lt;b&gt;" in page and "FAIL" in page and page.count("<svg") >= 3

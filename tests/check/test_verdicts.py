@@ -58,12 +58,16 @@ def test_the_old_percentile_bootstrap_of_medians_undercovers() -> None:
         lo, hi = np.percentile(ratios, 2.5), np.percentile(ratios, 97.5)
         misses += not (lo <= true <= hi)
     assert misses / len(runs) > 0.15
-    new_misses = sum(not (stats.ratio_ci(c, r)["ci_low"] <= true <= stats.ratio_ci(c, r)["ci_high"]) for c, r in runs)
+    new_misses = sum(
+        not (stats.ratio_ci(c, r)["ci_low"] <= true <= stats.ratio_ci(c, r)["ci_high"]) for c, r in runs
+    )
     assert new_misses / len(runs) < 0.08
 
 
 def test_ratio_with_one_repetition_has_no_interval_and_is_inconclusive() -> None:
-    paired = stats.ratio_ci([2.0, 1.0, 3.0], [1.0, 2.0, 1.0])  # per-rep ratios 2, 0.5, 3: geometric mean 1.442
+    paired = stats.ratio_ci(
+        [2.0, 1.0, 3.0], [1.0, 2.0, 1.0]
+    )  # per-rep ratios 2, 0.5, 3: geometric mean 1.442
     assert paired["ratio"] == pytest.approx(3 ** (1 / 3)) and paired["ratio_of_medians"] == pytest.approx(2.0)
     r = stats.ratio_ci([2.0], [1.0])
     assert r["ratio"] == pytest.approx(2.0) and r["ci_low"] is None and r["ci_high"] is None
@@ -90,15 +94,28 @@ def test_speed_gate_never_passes_an_interval_that_spans_one() -> None:
 
 def test_speed_block_labels_direction_and_verdict() -> None:
     samples: dict[str, dict[str, list[float]]] = {
-        "stock": {"decode_tok_s": [100, 101, 99, 100, 100], "prefill_tok_s": [], "decode_cpu_tok_s": [],
-                  "cold_start_s": [2.0, 2.1, 2.0, 1.9, 2.0]},
-        "patched": {"decode_tok_s": [120, 122, 119, 121, 120], "prefill_tok_s": [], "decode_cpu_tok_s": [],
-                    "cold_start_s": [1.5, 1.6, 1.5, 1.45, 1.5]},
+        "stock": {
+            "decode_tok_s": [100, 101, 99, 100, 100],
+            "prefill_tok_s": [],
+            "decode_cpu_tok_s": [],
+            "cold_start_s": [2.0, 2.1, 2.0, 1.9, 2.0],
+        },
+        "patched": {
+            "decode_tok_s": [120, 122, 119, 121, 120],
+            "prefill_tok_s": [],
+            "decode_cpu_tok_s": [],
+            "cold_start_s": [1.5, 1.6, 1.5, 1.45, 1.5],
+        },
     }
     out = speed_block(samples, "patched", "stock")
     assert out["ratio"]["decode"]["better"] == "higher" and out["ratio"]["decode"]["verdict"] == "better"
     cold = out["ratio"]["cold_start"]
-    assert cold["better"] == "lower" and cold["unit"] == "s" and cold["verdict"] == "better" and cold["ratio"] < 1
+    assert (
+        cold["better"] == "lower"
+        and cold["unit"] == "s"
+        and cold["verdict"] == "better"
+        and cold["ratio"] < 1
+    )
     assert "prefill" not in out["ratio"]  # no samples, no ratio
 
 
@@ -118,11 +135,17 @@ def test_cli_refuses_a_speed_gate_at_three_reps_before_running(cli: Any) -> None
 def test_only_inconclusive_gates_give_an_inconclusive_verdict_and_exit_4(tmp_path: Path) -> None:
     options = CheckOptions(engine="demo", json_path=tmp_path / "r.json", html_path=tmp_path / "r.html")
     manifest = SimpleNamespace(name="demo")
-    report: dict[str, Any] = {"engine": "demo", "arms": {"stock": {"wheel": "a", "version": "1"},
-                                                          "patched": {"wheel": "b", "version": "2"}},
-                              "series": {"class": "exact", "patches": []}, "notes": [], "host": host_facts()}
-    gates = [{"subject": "series", "class": "exact", "gate": "greedy identical", "passed": True, "detail": "4/4"},
-             speed_gate({"ratio": 1.01, "ci_low": 0.98, "ci_high": 1.05, "n": 5, "verdict": "inconclusive"}, 1.0)]
+    report: dict[str, Any] = {
+        "engine": "demo",
+        "arms": {"stock": {"wheel": "a", "version": "1"}, "patched": {"wheel": "b", "version": "2"}},
+        "series": {"class": "exact", "patches": []},
+        "notes": [],
+        "host": host_facts(),
+    }
+    gates = [
+        {"subject": "series", "class": "exact", "gate": "greedy identical", "passed": True, "detail": "4/4"},
+        speed_gate({"ratio": 1.01, "ci_low": 0.98, "ci_high": 1.05, "n": 5, "verdict": "inconclusive"}, 1.0),
+    ]
     with pytest.raises(CheckFailed, match=r"1 gate\(s\) inconclusive \(none failed\)") as exc:
         finish(tmp_path, options, manifest, report, gates)  # type: ignore[arg-type]
     assert exc.value.return_code == 4
@@ -134,12 +157,17 @@ def test_only_inconclusive_gates_give_an_inconclusive_verdict_and_exit_4(tmp_pat
 
 def test_host_facts(tmp_path: Path) -> None:
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Test CPU 9000 @ 3.0GHz\n\nprocessor\t: 1\n")
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: X\nmodel name\t: Test CPU 9000 @ 3.0GHz\n\nprocessor\t: 1\n"
+    )
     assert cpu_model(info) == "Test CPU 9000 @ 3.0GHz"
     facts = host_facts()
     assert facts["cores"] >= 1 and len(facts["load_average_start"]) == 3 and facts["python"]
     assert requirement_names(["mlx[cpu]==0.32.4", "numpy", "transformers>=5.7.0", "numpy<3"]) == [
-        "mlx", "numpy", "transformers"]
+        "mlx",
+        "numpy",
+        "transformers",
+    ]
 
 
 def test_chi_square_survival_matches_tables() -> None:

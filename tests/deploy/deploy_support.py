@@ -10,8 +10,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def pip(python: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def make_venv(path: Path) -> Path:

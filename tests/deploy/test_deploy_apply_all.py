@@ -19,8 +19,9 @@ def add_cp312_artifact(world: World) -> Path:
         files = {n: zf.read(n) for n in zf.namelist() if ".dist-info/" not in n}
     other = make_wheel(world.wheel.with_name(f"demo_engine-1.2.0-{CP312}.whl"), files, tag=CP312)
     sha = hashlib.sha256(other.read_bytes()).hexdigest()
-    text = world.manifest_text() + (f'\n[[upstream.artifacts]]\nfilename = "{other.name}"\nsha256 = "{sha}"\n'
-                                    f'url = "{other.as_uri()}"\n')
+    text = world.manifest_text() + (
+        f'\n[[upstream.artifacts]]\nfilename = "{other.name}"\nsha256 = "{sha}"\nurl = "{other.as_uri()}"\n'
+    )
     (world.root / "overlays" / "demo.toml").write_text(text)
     return other
 
@@ -39,7 +40,10 @@ def test_apply_builds_every_pinned_wheel_primary_last(world2: World, cli: Cli) -
         assert prov["upstream"]["artifact"]["filename"] == f"demo_engine-1.2.0-{tags}"
         with zipfile.ZipFile(line) as zf:
             assert b'prefix = "hi"' in zf.read("demo_pkg/core.py")
-    assert "wheel: [1/2] demo_engine-1.2.0-cp312" in r.err and "wheel: [2/2] demo_engine-1.2.0-py3-none-any" in r.err
+    assert (
+        "wheel: [1/2] demo_engine-1.2.0-cp312" in r.err
+        and "wheel: [2/2] demo_engine-1.2.0-py3-none-any" in r.err
+    )
     state = json.loads((world2.root / "build" / "state" / "demo.json").read_text())
     assert state["wheel"] == lines[-1]
 

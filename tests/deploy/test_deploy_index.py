@@ -32,7 +32,9 @@ def test_the_index_lists_every_file_with_its_hash(mlx_built: tuple[Path, Path]) 
     assert record["version"] == 1 and record["engine"] == "mlx-lm" and record["import_name"] == "mlx_lm"
     files = record["files"]
     manifest = load_engine(REPO, "mlx-lm")
-    assert [f["artifact"]["filename"] for f in files] == [a.filename for a in manifest.upstream.artifacts if a.is_wheel]
+    assert [f["artifact"]["filename"] for f in files] == [
+        a.filename for a in manifest.upstream.artifacts if a.is_wheel
+    ]
     page = (index / "simple" / "mlx-lm" / "index.html").read_text()
     data = json.loads((index / "simple" / "mlx-lm" / "index.json").read_text())
     assert data["meta"]["api-version"] == "1.1" and data["versions"] == [record["wheel_version"]]
@@ -49,8 +51,9 @@ def test_the_index_lists_every_file_with_its_hash(mlx_built: tuple[Path, Path]) 
     assert "mlx-lm==0.32.2 \\\n" in stock and f"--hash=sha256:{manifest.upstream.primary.sha256}" in stock
 
 
-def test_pip_installs_from_the_served_index_with_hashes(mlx_built: tuple[Path, Path], served: str, stock_wheel: Path,
-                                                        tmp_path: Path) -> None:
+def test_pip_installs_from_the_served_index_with_hashes(
+    mlx_built: tuple[Path, Path], served: str, stock_wheel: Path, tmp_path: Path
+) -> None:
     _wheels, index = mlx_built
     want = json.loads((index / "overlay-index.json").read_text())["wheel_version"]
     py = make_venv(tmp_path / "venv")
@@ -71,13 +74,25 @@ def test_pip_installs_from_the_served_index_with_hashes(mlx_built: tuple[Path, P
     assert r.returncode == 0 and "already satisfied" in r.stdout and installed_version(py) == "0.32.2"
     assert subprocess_check(py, index) == 1  # ... and the image check catches it
     # ... while --force-reinstall with the hash-pinned requirements replaces it
-    r = pip(py, "install", "--no-deps", "--force-reinstall", "--require-hashes", "--no-index", "--find-links", served,
-            "-r", req)
+    r = pip(
+        py,
+        "install",
+        "--no-deps",
+        "--force-reinstall",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        served,
+        "-r",
+        req,
+    )
     assert r.returncode == 0 and installed_version(py) == want
 
 
 def subprocess_check(py: Path, index: Path) -> int:
-    return subprocess.run([str(py), str(index / "check_installed.py")], capture_output=True, timeout=120).returncode
+    return subprocess.run(
+        [str(py), str(index / "check_installed.py")], capture_output=True, timeout=120
+    ).returncode
 
 
 def test_a_changed_file_in_the_index_is_refused_by_pip(mlx_built: tuple[Path, Path], tmp_path: Path) -> None:
@@ -86,19 +101,44 @@ def test_a_changed_file_in_the_index_is_refused_by_pip(mlx_built: tuple[Path, Pa
     shutil.copytree(index, bad)
     record = json.loads((bad / "overlay-index.json").read_text())
     wheel = bad / record["files"][0]["filename"]
-    wheel.write_bytes(wheel.read_bytes() + b"\0")  # a zip with trailing bytes still opens: only the hash can tell
+    wheel.write_bytes(
+        wheel.read_bytes() + b"\0"
+    )  # a zip with trailing bytes still opens: only the hash can tell
     got = tmp_path / "got"
-    r = pip(Path(sys.executable), "download", "--no-deps", "--require-hashes", "--no-index", "--find-links", str(bad),
-            "-d", str(got), "-r", str(bad / "requirements.txt"))
+    r = pip(
+        Path(sys.executable),
+        "download",
+        "--no-deps",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        str(bad),
+        "-d",
+        str(got),
+        "-r",
+        str(bad / "requirements.txt"),
+    )
     assert r.returncode != 0 and "DO NOT MATCH THE HASHES" in r.stderr
     assert not got.exists() or not list(got.iterdir())
-    r = pip(Path(sys.executable), "download", "--no-deps", "--require-hashes", "--no-index", "--find-links", str(index),
-            "-d", str(got), "-r", str(index / "requirements.txt"))
+    r = pip(
+        Path(sys.executable),
+        "download",
+        "--no-deps",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        str(index),
+        "-d",
+        str(got),
+        "-r",
+        str(index / "requirements.txt"),
+    )
     assert r.returncode == 0 and [p.name for p in got.iterdir()] == [record["files"][0]["filename"]]
 
 
-def test_publish_refuses_a_foreign_folder_and_replaces_its_own(mlx_built: tuple[Path, Path], tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_publish_refuses_a_foreign_folder_and_replaces_its_own(
+    mlx_built: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     wheels, _index = mlx_built
     foreign = tmp_path / "docs"
     foreign.mkdir()
@@ -108,13 +148,23 @@ def test_publish_refuses_a_foreign_folder_and_replaces_its_own(mlx_built: tuple[
     assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]
     ours = tmp_path / "index"
     for _ in range(2):  # the second run replaces the first whole
-        assert main(["--root", str(REPO), "-q", "publish", "mlx-lm", "--to", str(ours), "--wheels", str(wheels)]) == 0
+        assert (
+            main(["--root", str(REPO), "-q", "publish", "mlx-lm", "--to", str(ours), "--wheels", str(wheels)])
+            == 0
+        )
     assert (ours / "overlay-index.json").is_file() and not list(tmp_path.glob(".index.*"))
     empty = tmp_path / "nowheels"
     empty.mkdir()
-    code = main(["--root", str(REPO), "publish", "mlx-lm", "--to", str(tmp_path / "i2"), "--wheels", str(empty)])
+    code = main(
+        ["--root", str(REPO), "publish", "mlx-lm", "--to", str(tmp_path / "i2"), "--wheels", str(empty)]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and "is not built" in err and "overlay apply mlx-lm" in err and not (tmp_path / "i2").exists()
+    assert (
+        code == 2
+        and "is not built" in err
+        and "overlay apply mlx-lm" in err
+        and not (tmp_path / "i2").exists()
+    )
 
 
 def uv_binary() -> str | None:
@@ -123,26 +173,56 @@ def uv_binary() -> str | None:
 
 
 def test_uv_installs_from_the_index_and_overlay_install_works_without_pip(
-        mlx_built: tuple[Path, Path], served: str, stock_wheel: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    mlx_built: tuple[Path, Path],
+    served: str,
+    stock_wheel: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     uv = uv_binary()
     if uv is None:
         pytest.skip("uv is not installed (it is in the test extra)")
     wheels, index = mlx_built
     want = json.loads((index / "overlay-index.json").read_text())["wheel_version"]
     env = {**os.environ, "UV_NO_CACHE": "1"}
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(tmp_path / "uvenv")], check=True,
-                   env=env, timeout=120)
+    subprocess.run(
+        [uv, "venv", "-q", "--python", sys.executable, str(tmp_path / "uvenv")],
+        check=True,
+        env=env,
+        timeout=120,
+    )
     py = tmp_path / "uvenv" / "bin" / "python"
     req = str(index / "requirements.txt")
-    for source in (["--index-url", served + "simple/"], ["--no-index", "--find-links", served],
-                   ["--no-index", "--find-links", str(index)]):
-        r = subprocess.run([uv, "pip", "install", "--python", str(py), "--no-deps", "--reinstall", "--require-hashes",
-                            *source, "-r", req], capture_output=True, text=True, env=env, timeout=300)
+    for source in (
+        ["--index-url", served + "simple/"],
+        ["--no-index", "--find-links", served],
+        ["--no-index", "--find-links", str(index)],
+    ):
+        r = subprocess.run(
+            [
+                uv,
+                "pip",
+                "install",
+                "--python",
+                str(py),
+                "--no-deps",
+                "--reinstall",
+                "--require-hashes",
+                *source,
+                "-r",
+                req,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         assert subprocess_check(py, index) == 0
     # the uv venv has no pip: overlay revert / install go through uv
     assert main(["--root", str(REPO), "-q", "revert", "mlx-lm", "--python", str(py)]) == 0
-    code = main(["--root", str(REPO), "-q", "install", "mlx-lm", "--python", str(py), "--wheels", str(wheels)])
+    code = main(
+        ["--root", str(REPO), "-q", "install", "mlx-lm", "--python", str(py), "--wheels", str(wheels)]
+    )
     assert code == 0, capsys.readouterr().err
     assert f"installed mlx-lm {want}" in capsys.readouterr().out

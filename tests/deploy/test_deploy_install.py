@@ -27,8 +27,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def test_install_status_revert_round_trip(mlx_built: tuple[Path, Path], stock_wheel: Path, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_install_status_revert_round_trip(
+    mlx_built: tuple[Path, Path], stock_wheel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     wheels, index = mlx_built
     want = json.loads((index / "overlay-index.json").read_text())["wheel_version"]
     py = make_venv(tmp_path / "venv")
@@ -66,16 +67,18 @@ def test_install_status_revert_round_trip(mlx_built: tuple[Path, Path], stock_wh
     assert code == 0 and out.startswith("unchanged ")
 
 
-def test_a_different_stock_build_is_refused_naming_the_file(mlx_built: tuple[Path, Path], stock_wheel: Path,
-                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_different_stock_build_is_refused_naming_the_file(
+    mlx_built: tuple[Path, Path], stock_wheel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Same name and version, consistent RECORD, one file changed: only the pinned RECORD tells it apart."""
     wheels, _ = mlx_built
     with zipfile.ZipFile(stock_wheel) as zf:
         files = {n: zf.read(n) for n in zf.namelist()}
     files["mlx_lm/sample_utils.py"] += b"\n# a rebuilt release\n"
     record = next(n for n in files if n.endswith(".dist-info/RECORD"))
-    files[record] = ("".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in files.items() if n != record)
-                     + f"{record},,\n").encode()
+    files[record] = (
+        "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in files.items() if n != record) + f"{record},,\n"
+    ).encode()
     other = tmp_path / "other" / stock_wheel.name
     other.parent.mkdir()
     with zipfile.ZipFile(other, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -93,9 +96,13 @@ def test_a_different_stock_build_is_refused_naming_the_file(mlx_built: tuple[Pat
     assert code == 0, err
 
 
-def test_a_source_checkout_shadowing_the_wheel_fails_the_install(mlx_built: tuple[Path, Path], stock_wheel: Path,
-                                                                 tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_source_checkout_shadowing_the_wheel_fails_the_install(
+    mlx_built: tuple[Path, Path],
+    stock_wheel: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     wheels, _ = mlx_built
     py = make_venv(tmp_path / "venv")
     assert pip(py, "install", "--no-deps", "--no-index", str(stock_wheel)).returncode == 0

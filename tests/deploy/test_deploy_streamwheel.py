@@ -30,8 +30,13 @@ def in_memory(root: Path, engine: str, out: Path) -> Path:
     contents = read_wheel(fetch_artifact(root, manifest, artifact), policy=member_policy(manifest))
     apply_series(contents.tree, patches, package_root=manifest.upstream.package_root)
     contents = set_version(contents, local_version(manifest, patches, root=root))
-    prov = build_provenance(manifest, patches, artifact=artifact, source={"kind": "artifact", "filename": artifact.filename},
-                            root=root)
+    prov = build_provenance(
+        manifest,
+        patches,
+        artifact=artifact,
+        source={"kind": "artifact", "filename": artifact.filename},
+        root=root,
+    )
     contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(prov))
     return write_wheel(contents, out)
 

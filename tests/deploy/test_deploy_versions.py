@@ -24,11 +24,16 @@ from support import GIT_ENV
 
 
 def patch(name: str, date: str, raw: bytes = b"x") -> Patch:
-    return Patch(name=name, raw=raw + name.encode(), author="a", date=date, subject="s", body="", trailers=(), files=())
+    return Patch(
+        name=name, raw=raw + name.encode(), author="a", date=date, subject="s", body="", trailers=(), files=()
+    )
 
 
 def test_order_is_the_latest_patch_date_in_utc() -> None:
-    ps = [patch("0001-a.patch", "Mon, 30 Nov 2026 10:06:20 +0000"), patch("0002-b.patch", "Tue, 1 Dec 2026 01:00:00 +0200")]
+    ps = [
+        patch("0001-a.patch", "Mon, 30 Nov 2026 10:06:20 +0000"),
+        patch("0002-b.patch", "Tue, 1 Dec 2026 01:00:00 +0200"),
+    ]
     assert order_number(ps) == 20261130230000  # 01:00 +0200 is 23:00 UTC the day before: not the latest
     assert order_number([]) == 0
     with pytest.raises(ConfigError, match="not an RFC 2822 date"):
@@ -67,16 +72,27 @@ def test_the_series_git_history_dates_an_edit_that_kept_every_date(tmp_path: Pat
 
 def test_check_label_reads_old_and_new_labels_and_refuses_a_forged_order() -> None:
     sha = "ab" * 32
-    data = {"upstream": {"version": "1.2.0"}, "series": {"sha256": sha, "order": 20261201000000, "patches": [{}]}}
+    data = {
+        "upstream": {"version": "1.2.0"},
+        "series": {"sha256": sha, "order": 20261201000000, "patches": [{}]},
+    }
     check_label(data, f"1.2.0+ovl.20261201000000.1.g{sha[:8]}", "w")
-    check_label({**data, "series": {"sha256": sha, "patches": [{}]}}, f"1.2.0+ovl.1.g{sha[:8]}", "w")  # older builds
-    with pytest.raises(IntegrityError, match="says order 20261202000000, overlay.json says series.order 20261201000000"):
+    check_label(
+        {**data, "series": {"sha256": sha, "patches": [{}]}}, f"1.2.0+ovl.1.g{sha[:8]}", "w"
+    )  # older builds
+    with pytest.raises(
+        IntegrityError, match="says order 20261202000000, overlay.json says series.order 20261201000000"
+    ):
         check_label(data, f"1.2.0+ovl.20261202000000.1.g{sha[:8]}", "w")
 
 
 def test_built_and_stale_wheels(tmp_path: Path) -> None:
-    for name in ("demo_engine-1.2.0+ovl.2.1.gaaaaaaaa-py3-none-any.whl", "demo_engine-1.2.0+ovl.1.1.gbbbbbbbb-py3-none-any.whl",
-                 "other-1.0-py3-none-any.whl", "not-a-wheel.whl"):
+    for name in (
+        "demo_engine-1.2.0+ovl.2.1.gaaaaaaaa-py3-none-any.whl",
+        "demo_engine-1.2.0+ovl.1.1.gbbbbbbbb-py3-none-any.whl",
+        "other-1.0-py3-none-any.whl",
+        "not-a-wheel.whl",
+    ):
         (tmp_path / name).write_bytes(b"")
     found = built_wheels(tmp_path, "demo-engine")
     assert [str(w.version) for w in found] == ["1.2.0+ovl.1.1.gbbbbbbbb", "1.2.0+ovl.2.1.gaaaaaaaa"]

@@ -37,8 +37,17 @@ class EngineAdapter(Protocol):
     def tasks(self) -> tuple[str, ...]:
         """Which of TASKS this adapter runs."""
 
-    def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
-               target_kind: str | None = None, draft_kind: str | None = None) -> Models:
+    def models(
+        self,
+        *,
+        root: Path,
+        arm: Arm,
+        model: Path | None,
+        draft: Path | None,
+        reporter: Reporter,
+        target_kind: str | None = None,
+        draft_kind: str | None = None,
+    ) -> Models:
         """The checkpoints to use: ``model``/``draft`` when given, else bundled tiny models."""
 
     def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:

@@ -36,20 +36,28 @@ def given_wheel(path: Path, manifest: Manifest, *, option: str, patched: bool) -
     try:
         name = WheelName.parse(path.name)
     except Exception as exc:  # packaging raises its own InvalidWheelFilename
-        raise UsageError(f"{option} {path.name}: not a wheel file name ({exc})", tip="keep the file's original name") from exc
+        raise UsageError(
+            f"{option} {path.name}: not a wheel file name ({exc})", tip="keep the file's original name"
+        ) from exc
     if _norm(name.distribution) != _norm(manifest.distribution):
-        raise UsageError(f"{option} {path.name} is a wheel of {name.distribution!r}, not {manifest.distribution!r}",
-                         tip=f"pass a {manifest.distribution} wheel")
+        raise UsageError(
+            f"{option} {path.name} is a wheel of {name.distribution!r}, not {manifest.distribution!r}",
+            tip=f"pass a {manifest.distribution} wheel",
+        )
     try:
         contents = read_wheel(path, policy=MemberPolicy.of(manifest.upstream.allow_members))
     except IntegrityError as exc:
         raise UsageError(f"{option} {path.name}: {exc}", tip="rebuild or re-download the wheel") from exc
     raw = contents.tree.read(f"{contents.dist_info}/{PROVENANCE_FILE}")
     if patched and raw is None:
-        raise UsageError(f"{option} {path.name} carries no {PROVENANCE_FILE}: it is not an overlay-built wheel",
-                         tip="pass the wheel `overlay apply` wrote (build/wheels/ENGINE/)")
+        raise UsageError(
+            f"{option} {path.name} carries no {PROVENANCE_FILE}: it is not an overlay-built wheel",
+            tip="pass the wheel `overlay apply` wrote (build/wheels/ENGINE/)",
+        )
     if not patched and raw is not None:
-        raise UsageError(f"{option} {path.name} is an overlay-built (patched) wheel", tip="pass the upstream wheel")
+        raise UsageError(
+            f"{option} {path.name} is an overlay-built (patched) wheel", tip="pass the upstream wheel"
+        )
     prov = json.loads(raw) if raw is not None else None
     return GivenWheel(path=path, version=str(name.version), provenance=prov)
 
@@ -66,6 +74,8 @@ def patches_of(given: GivenWheel, series: tuple[Patch, ...]) -> tuple[tuple[Patc
         if p is not None:
             held.append(p)
         else:
-            notes.append(f"{entry.get('name')}: in the given patched wheel, not in the current series (its flags are "
-                         f"unknown here; it is counted as class {entry.get('numerics') or 'approximate'})")
+            notes.append(
+                f"{entry.get('name')}: in the given patched wheel, not in the current series (its flags are "
+                f"unknown here; it is counted as class {entry.get('numerics') or 'approximate'})"
+            )
     return tuple(held), notes

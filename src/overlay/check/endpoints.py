@@ -120,18 +120,27 @@ def discover(arm: str, url: str, model: str | None, option: str) -> Server:
     try:
         status, listing = _get_json(base, "/v1/models", 30)
     except (OSError, http.client.HTTPException) as exc:
-        raise UsageError(f"{option}: the {arm} server at {base} does not answer GET /v1/models ({exc})",
-                         tip="start the server, or check the host and port") from exc
+        raise UsageError(
+            f"{option}: the {arm} server at {base} does not answer GET /v1/models ({exc})",
+            tip="start the server, or check the host and port",
+        ) from exc
     if status >= 500:
-        raise UsageError(f"{option}: the {arm} server at {base} answers GET /v1/models with HTTP {status}",
-                         tip="check the server's log")
+        raise UsageError(
+            f"{option}: the {arm} server at {base} answers GET /v1/models with HTTP {status}",
+            tip="check the server's log",
+        )
     data = listing.get("data") if isinstance(listing, dict) else None
-    ids = [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
-        data, list) else []
+    ids = (
+        [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if isinstance(data, list)
+        else []
+    )
     return Server(arm=arm, base=base, model=model or (ids[0] if ids else None))
 
 
-def _payload(server: Server, prompt: PromptSpec, *, max_tokens: int, stream: bool, logprobs: bool) -> tuple[str, dict[str, Any]]:
+def _payload(
+    server: Server, prompt: PromptSpec, *, max_tokens: int, stream: bool, logprobs: bool
+) -> tuple[str, dict[str, Any]]:
     body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0, "seed": SEED, "stream": stream}
     if server.model:
         body["model"] = server.model
@@ -163,29 +172,41 @@ def _logprobs_of(choice: dict[str, Any]) -> tuple[list[float], list[Any]] | None
         ids = [c.get("id", c.get("token")) for c in lp["content"] if isinstance(c, dict)]
         return [float(v) for v in vals if isinstance(v, (int, float))], ids
     if isinstance(lp.get("token_logprobs"), list):  # legacy completions
-        return [float(v) for v in lp["token_logprobs"] if isinstance(v, (int, float))], list(lp.get("tokens") or [])
+        return [float(v) for v in lp["token_logprobs"] if isinstance(v, (int, float))], list(
+            lp.get("tokens") or []
+        )
     return None
 
 
-def request(server: Server, prompt: PromptSpec, *, max_tokens: int, stream: bool, logprobs: bool,
-            timeout: float) -> Reply:
+def request(
+    server: Server, prompt: PromptSpec, *, max_tokens: int, stream: bool, logprobs: bool, timeout: float
+) -> Reply:
     """One request; never raises for a server-side problem (the Reply says what went wrong)."""
     path, body = _payload(server, prompt, max_tokens=max_tokens, stream=stream, logprobs=logprobs)
     conn, prefix = _conn(server.base, timeout)
     t0 = time.perf_counter()
     try:
-        conn.request("POST", prefix + path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST", prefix + path, body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
         resp = conn.getresponse()
         if resp.status != 200:
-            return Reply(ok=False, error=f"HTTP {resp.status}: {resp.read()[:300]!r}", total_s=time.perf_counter() - t0)
+            return Reply(
+                ok=False, error=f"HTTP {resp.status}: {resp.read()[:300]!r}", total_s=time.perf_counter() - t0
+            )
         if not stream:
             data = json.loads(resp.read())
             choice = (data.get("choices") or [{}])[0]
             got = _logprobs_of(choice)
             usage = (data.get("usage") or {}).get("completion_tokens")
-            return Reply(ok=True, text=_choice_text(choice), tokens=int(usage or 0),
-                         logprobs=got[0] if got else None, token_ids=got[1] if got else None,
-                         total_s=time.perf_counter() - t0)
+            return Reply(
+                ok=True,
+                text=_choice_text(choice),
+                tokens=int(usage or 0),
+                logprobs=got[0] if got else None,
+                token_ids=got[1] if got else None,
+                total_s=time.perf_counter() - t0,
+            )
         return _read_stream(resp, t0)
     except (OSError, http.client.HTTPException, json.JSONDecodeError, ValueError) as exc:
         return Reply(ok=False, error=f"{type(exc).__name__}: {exc}", total_s=time.perf_counter() - t0)
@@ -213,48 +234,94 @@ def _read_stream(resp: http.client.HTTPResponse, t0: float) -> Reply:
     end = time.perf_counter()
     if not times:
         return Reply(ok=True, text="", tokens=int(usage or 0), total_s=end - t0)
-    return Reply(ok=True, text="".join(text), tokens=int(usage or len(times)), ttft_s=times[0] - t0,
-                 itl_s=[b - a for a, b in itertools.pairwise(times)], total_s=times[-1] - t0)
+    return Reply(
+        ok=True,
+        text="".join(text),
+        tokens=int(usage or len(times)),
+        ttft_s=times[0] - t0,
+        itl_s=[b - a for a, b in itertools.pairwise(times)],
+        total_s=times[-1] - t0,
+    )
 
 
-def identity(servers: tuple[Server, Server], prompts: list[PromptSpec], options: EndpointOptions,
-             reporter: Reporter) -> dict[str, Any]:
+def identity(
+    servers: tuple[Server, Server], prompts: list[PromptSpec], options: EndpointOptions, reporter: Reporter
+) -> dict[str, Any]:
     rows = []
     for i, prompt in enumerate(prompts):
         order = servers if i % 2 == 0 else servers[::-1]
         got: dict[str, Reply] = {}
         for s in order:
-            r = request(s, prompt, max_tokens=options.max_tokens, stream=False, logprobs=True,
-                        timeout=options.request_timeout_s)
+            r = request(
+                s,
+                prompt,
+                max_tokens=options.max_tokens,
+                stream=False,
+                logprobs=True,
+                timeout=options.request_timeout_s,
+            )
             if not r.ok:  # a server that refuses logprobs: ask again without
-                r = request(s, prompt, max_tokens=options.max_tokens, stream=False, logprobs=False,
-                            timeout=options.request_timeout_s)
+                r = request(
+                    s,
+                    prompt,
+                    max_tokens=options.max_tokens,
+                    stream=False,
+                    logprobs=False,
+                    timeout=options.request_timeout_s,
+                )
             got[s.arm] = r
         a, b = got["stock"], got["patched"]
-        row: dict[str, Any] = {"prompt": i, "category": prompt.category, "identical": a.ok and b.ok and a.text == b.text,
-                               "stock_ok": a.ok, "patched_ok": b.ok, "error": a.error or b.error}
+        row: dict[str, Any] = {
+            "prompt": i,
+            "category": prompt.category,
+            "identical": a.ok and b.ok and a.text == b.text,
+            "stock_ok": a.ok,
+            "patched_ok": b.ok,
+            "error": a.error or b.error,
+        }
         if a.ok and b.ok and a.text != b.text:
-            k = next((j for j, (x, y) in enumerate(zip(a.text, b.text)) if x != y), min(len(a.text), len(b.text)))
+            k = next(
+                (j for j, (x, y) in enumerate(zip(a.text, b.text)) if x != y), min(len(a.text), len(b.text))
+            )
             row["first_difference_char"] = k
-            row["stock_text"], row["patched_text"] = a.text[max(0, k - 20): k + 40], b.text[max(0, k - 20): k + 40]
+            row["stock_text"], row["patched_text"] = (
+                a.text[max(0, k - 20) : k + 40],
+                b.text[max(0, k - 20) : k + 40],
+            )
         if a.logprobs and b.logprobs:
             same = 0
             for j, (x, y) in enumerate(zip(a.token_ids or [], b.token_ids or [])):
                 if x != y:
                     break
                 same = j + 1
-            n = min(same, len(a.logprobs), len(b.logprobs)) if a.token_ids and b.token_ids else min(
-                len(a.logprobs), len(b.logprobs))
+            n = (
+                min(same, len(a.logprobs), len(b.logprobs))
+                if a.token_ids and b.token_ids
+                else min(len(a.logprobs), len(b.logprobs))
+            )
             row["logprob_positions"] = n
-            row["logprob_max_abs_diff"] = max((abs(x - y) for x, y in zip(a.logprobs[:n], b.logprobs[:n])), default=0.0)
+            row["logprob_max_abs_diff"] = max(
+                (abs(x - y) for x, y in zip(a.logprobs[:n], b.logprobs[:n])), default=0.0
+            )
         rows.append(row)
-        reporter.step("check", f"endpoints: identity: prompt {i + 1}/{len(prompts)} {'same' if row['identical'] else 'DIFFERS'}")
+        reporter.step(
+            "check",
+            f"endpoints: identity: prompt {i + 1}/{len(prompts)} {'same' if row['identical'] else 'DIFFERS'}",
+        )
     with_lp = [r for r in rows if "logprob_max_abs_diff" in r]
-    return {"prompts": len(rows), "identical_count": sum(r["identical"] for r in rows),
-            "identical": all(r["identical"] for r in rows), "rows": rows,
-            "logprobs": {"returned_by_both": len(with_lp),
-                         "max_abs_diff": max((r["logprob_max_abs_diff"] for r in with_lp), default=None),
-                         "positions": sum(r["logprob_positions"] for r in with_lp)} if with_lp else None}
+    return {
+        "prompts": len(rows),
+        "identical_count": sum(r["identical"] for r in rows),
+        "identical": all(r["identical"] for r in rows),
+        "rows": rows,
+        "logprobs": {
+            "returned_by_both": len(with_lp),
+            "max_abs_diff": max((r["logprob_max_abs_diff"] for r in with_lp), default=None),
+            "positions": sum(r["logprob_positions"] for r in with_lp),
+        }
+        if with_lp
+        else None,
+    }
 
 
 def _pct(values: list[float]) -> dict[str, float | int | None]:
@@ -270,12 +337,18 @@ def _pct(values: list[float]) -> dict[str, float | int | None]:
     return {"n": len(v), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": sum(v) / len(v)}
 
 
-def load(servers: tuple[Server, Server], prompts: list[PromptSpec], options: EndpointOptions,
-         reporter: Reporter) -> dict[str, Any]:
+def load(
+    servers: tuple[Server, Server], prompts: list[PromptSpec], options: EndpointOptions, reporter: Reporter
+) -> dict[str, Any]:
     """Rounds of ``concurrency`` streamed requests to one arm, alternating arms, until each arm sent ``requests``
     or the time limit passed (then both arms have sent the same number of rounds)."""
     replies: dict[str, list[Reply]] = {"stock": [], "patched": []}
-    per_round: dict[str, list[float]] = {"stock_tok_s": [], "patched_tok_s": [], "stock_ttft": [], "patched_ttft": []}
+    per_round: dict[str, list[float]] = {
+        "stock_tok_s": [],
+        "patched_tok_s": [],
+        "stock_ttft": [],
+        "patched_ttft": [],
+    }
     rounds = math.ceil(options.requests / options.concurrency)
     deadline = time.monotonic() + options.time_limit_s
     done = 0
@@ -289,36 +362,62 @@ def load(servers: tuple[Server, Server], prompts: list[PromptSpec], options: End
             batch = [prompts[(rnd * options.concurrency + j) % len(prompts)] for j in range(n)]
             order = servers if rnd % 2 == 0 else servers[::-1]
             for s in order:
-                got = list(pool.map(lambda p, s=s: request(s, p, max_tokens=options.max_tokens, stream=True,
-                                                            logprobs=False, timeout=options.request_timeout_s), batch))
+                got = list(
+                    pool.map(
+                        lambda p, s=s: request(
+                            s,
+                            p,
+                            max_tokens=options.max_tokens,
+                            stream=True,
+                            logprobs=False,
+                            timeout=options.request_timeout_s,
+                        ),
+                        batch,
+                    )
+                )
                 replies[s.arm] += got
                 rates = [r.tok_s for r in got if r.ok and r.tok_s]
                 ttfts = [r.ttft_s for r in got if r.ok and r.ttft_s is not None]
                 per_round[f"{s.arm}_tok_s"].append(_median(rates))
                 per_round[f"{s.arm}_ttft"].append(_median(ttfts))
             done += 1
-            reporter.step("check", f"endpoints: load: round {rnd + 1}/{rounds} ({n} requests in flight per arm)")
+            reporter.step(
+                "check", f"endpoints: load: round {rnd + 1}/{rounds} ({n} requests in flight per arm)"
+            )
     arms: dict[str, Any] = {}
     for arm, rs in replies.items():
         ok = [r for r in rs if r.ok]
-        arms[arm] = {"requests": len(rs), "failed": len(rs) - len(ok),
-                     "errors": sorted({r.error for r in rs if r.error})[:5],
-                     "ttft_s": _pct([r.ttft_s for r in ok if r.ttft_s is not None]),
-                     "itl_s": _pct([x for r in ok for x in r.itl_s]),
-                     "output_tok_s": _pct([r.tok_s for r in ok if r.tok_s]),
-                     "output_tokens": sum(r.tokens for r in ok)}
+        arms[arm] = {
+            "requests": len(rs),
+            "failed": len(rs) - len(ok),
+            "errors": sorted({r.error for r in rs if r.error})[:5],
+            "ttft_s": _pct([r.ttft_s for r in ok if r.ttft_s is not None]),
+            "itl_s": _pct([x for r in ok for x in r.itl_s]),
+            "output_tok_s": _pct([r.tok_s for r in ok if r.tok_s]),
+            "output_tokens": sum(r.tokens for r in ok),
+        }
     pairs = [(p, s) for p, s in zip(per_round["patched_tok_s"], per_round["stock_tok_s"]) if p > 0 and s > 0]
     tpairs = [(p, s) for p, s in zip(per_round["patched_ttft"], per_round["stock_ttft"]) if p > 0 and s > 0]
     ratio: dict[str, Any] = {}
     for name, pr, higher in (("output_tok_s", pairs, True), ("ttft", tpairs, False)):
         if pr:
             r = stats.ratio_ci([p for p, _ in pr], [s for _, s in pr])
-            r.update(better="higher" if higher else "lower", verdict=stats.speed_verdict(r, higher_is_better=higher),
-                     paired_by="round (median of the round's requests)")
+            r.update(
+                better="higher" if higher else "lower",
+                verdict=stats.speed_verdict(r, higher_is_better=higher),
+                paired_by="round (median of the round's requests)",
+            )
             ratio[name] = r
-    return {"concurrency": options.concurrency, "requests_per_arm": options.requests, "rounds": done,
-            "stopped_by_time_limit": stopped, "time_limit_s": options.time_limit_s, "max_tokens": options.max_tokens,
-            "arms": arms, "ratio": ratio}
+    return {
+        "concurrency": options.concurrency,
+        "requests_per_arm": options.requests,
+        "rounds": done,
+        "stopped_by_time_limit": stopped,
+        "time_limit_s": options.time_limit_s,
+        "max_tokens": options.max_tokens,
+        "arms": arms,
+        "ratio": ratio,
+    }
 
 
 def _median(values: list[float]) -> float:
@@ -329,7 +428,9 @@ def _median(values: list[float]) -> float:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def run_endpoints(*, root: Path, options: EndpointOptions, reporter: Reporter | None = None) -> dict[str, Any]:
+def run_endpoints(
+    *, root: Path, options: EndpointOptions, reporter: Reporter | None = None
+) -> dict[str, Any]:
     reporter = reporter or NullReporter()
     if options.concurrency < 1 or options.concurrency > 256:
         raise UsageError(f"--concurrency {options.concurrency} must be within 1..256")
@@ -340,32 +441,57 @@ def run_endpoints(*, root: Path, options: EndpointOptions, reporter: Reporter | 
     if not options.time_limit_s > 0:
         raise UsageError(f"--time-limit {options.time_limit_s:g} must be above 0")
     prompts = load_prompts(options.prompts_file) if options.prompts_file else list(DEFAULT_PROMPTS)
-    servers = (discover("stock", options.stock_url, options.model, "STOCK_URL"),
-               discover("patched", options.patched_url, options.model, "PATCHED_URL"))
+    servers = (
+        discover("stock", options.stock_url, options.model, "STOCK_URL"),
+        discover("patched", options.patched_url, options.model, "PATCHED_URL"),
+    )
     from overlay.check.host import host_facts
 
     report: dict[str, Any] = {
-        "version": REPORT_VERSION, "mode": "endpoints",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": host_facts(),
+        "version": REPORT_VERSION,
+        "mode": "endpoints",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": host_facts(),
         "servers": {s.arm: {"url": s.base, "model": s.model} for s in servers},
-        "prompts": {"source": str(options.prompts_file) if options.prompts_file else "built-in", "count": len(prompts)},
+        "prompts": {
+            "source": str(options.prompts_file) if options.prompts_file else "built-in",
+            "count": len(prompts),
+        },
         "notes": [],
     }
     reporter.step("check", f"endpoints: identity: {len(prompts)} prompts, temperature 0, seed {SEED}")
     report["identity"] = identity(servers, prompts, options, reporter)
-    reporter.step("check", f"endpoints: load: {options.requests} requests per arm, {options.concurrency} in flight")
+    reporter.step(
+        "check", f"endpoints: load: {options.requests} requests per arm, {options.concurrency} in flight"
+    )
     report["load"] = load(servers, prompts, options, reporter)
     if report["load"]["stopped_by_time_limit"]:
-        report["notes"].append(f"load phase stopped by --time-limit {options.time_limit_s:g}s after "
-                               f"{report['load']['rounds']} rounds")
+        report["notes"].append(
+            f"load phase stopped by --time-limit {options.time_limit_s:g}s after "
+            f"{report['load']['rounds']} rounds"
+        )
     if report["identity"]["logprobs"] is None:
         report["notes"].append("log-probabilities: not returned by both servers; agreement not measured")
     ident = report["identity"]
-    gates = [{"subject": "endpoints", "class": "greedy", "gate": "greedy output identical per prompt",
-              "passed": ident["identical"], "detail": f"{ident['identical_count']}/{ident['prompts']} prompts"}]
+    gates = [
+        {
+            "subject": "endpoints",
+            "class": "greedy",
+            "gate": "greedy output identical per prompt",
+            "passed": ident["identical"],
+            "detail": f"{ident['identical_count']}/{ident['prompts']} prompts",
+        }
+    ]
     failed = {a: v["failed"] for a, v in report["load"]["arms"].items()}
-    gates.append({"subject": "endpoints", "class": "load", "gate": "every load request answered",
-                  "passed": not any(failed.values()), "detail": ", ".join(f"{a}: {n} failed" for a, n in failed.items())})
+    gates.append(
+        {
+            "subject": "endpoints",
+            "class": "load",
+            "gate": "every load request answered",
+            "passed": not any(failed.values()),
+            "detail": ", ".join(f"{a}: {n} failed" for a, n in failed.items()),
+        }
+    )
     from overlay.check.endpoints_report import finish
 
     return finish(root, options, report, gates)

@@ -15,7 +15,9 @@ if TYPE_CHECKING:  # endpoints calls finish(): the options type only, no import 
     from overlay.check.endpoints import EndpointOptions
 
 
-def finish(root: Path, options: EndpointOptions, report: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, Any]:
+def finish(
+    root: Path, options: EndpointOptions, report: dict[str, Any], gates: list[dict[str, Any]]
+) -> dict[str, Any]:
     from overlay.check.host import load_average
     from overlay.check.html import render_endpoints
 
@@ -31,8 +33,10 @@ def finish(root: Path, options: EndpointOptions, report: dict[str, Any], gates: 
     atomic_write_text(html_path, render_endpoints(report))
     report["_paths"] = {"json": str(json_path), "html": str(html_path)}
     if failed:
-        exc = CheckFailed(f"{len(failed)} endpoint gate(s) failed; first: {failed[0]['gate']}: {failed[0]['detail']}",
-                          tip=f"see {json_path}")
+        exc = CheckFailed(
+            f"{len(failed)} endpoint gate(s) failed; first: {failed[0]['gate']}: {failed[0]['detail']}",
+            tip=f"see {json_path}",
+        )
         exc.report = report  # type: ignore[attr-defined]
         raise exc
     return report
@@ -40,21 +44,31 @@ def finish(root: Path, options: EndpointOptions, report: dict[str, Any], gates: 
 
 def endpoint_lines(report: dict[str, Any]) -> list[str]:
     s = report["servers"]
-    lines = [(f"overlay check --endpoints: {report['verdict'].upper()}  (stock {s['stock']['url']} vs patched "
-             f"{s['patched']['url']})")]
+    lines = [
+        (
+            f"overlay check --endpoints: {report['verdict'].upper()}  (stock {s['stock']['url']} vs patched "
+            f"{s['patched']['url']})"
+        )
+    ]
     lines += [f"note: {n}" for n in report.get("notes", [])]
     ident = report["identity"]
     lp = ident.get("logprobs")
-    lines.append(f"identity   {ident['identical_count']}/{ident['prompts']} prompts identical"
-                 + (f"; logprobs max |d| {lp['max_abs_diff']:.3g} over {lp['positions']} tokens" if lp else ""))
+    lines.append(
+        f"identity   {ident['identical_count']}/{ident['prompts']} prompts identical"
+        + (f"; logprobs max |d| {lp['max_abs_diff']:.3g} over {lp['positions']} tokens" if lp else "")
+    )
     ld = report["load"]
     for arm in ("stock", "patched"):
         a = ld["arms"][arm]
-        lines.append(f"{arm:<10} {a['requests']} requests ({a['failed']} failed): TTFT p50 {_f(a['ttft_s']['p50'])} s "
-                     f"p90 {_f(a['ttft_s']['p90'])}; ITL p50 {_f(a['itl_s']['p50'])} s p99 {_f(a['itl_s']['p99'])}; "
-                     f"tok/s p50 {_f(a['output_tok_s']['p50'])} p90 {_f(a['output_tok_s']['p90'])}")
+        lines.append(
+            f"{arm:<10} {a['requests']} requests ({a['failed']} failed): TTFT p50 {_f(a['ttft_s']['p50'])} s "
+            f"p90 {_f(a['ttft_s']['p90'])}; ITL p50 {_f(a['itl_s']['p50'])} s p99 {_f(a['itl_s']['p99'])}; "
+            f"tok/s p50 {_f(a['output_tok_s']['p50'])} p90 {_f(a['output_tok_s']['p90'])}"
+        )
     for name, r in ld["ratio"].items():
-        lines.append(f"ratio      {name} patched/stock {stats.fmt_ratio(r)} ({r['better']} is better): {r['verdict']}")
+        lines.append(
+            f"ratio      {name} patched/stock {stats.fmt_ratio(r)} ({r['better']} is better): {r['verdict']}"
+        )
     for g in report["gates"]:
         lines.append(f"gate {'pass' if g['passed'] else 'FAIL'}  {g['gate']}: {g['detail']}")
     paths = report.get("_paths", {})

@@ -158,11 +158,26 @@ def deps_env(root: Path, manifest: Manifest, *, reporter: Reporter | None = None
         if (venv / READY).is_file():
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-        _run([_base_python(), "-m", "venv", str(venv)], f"creating {venv.name} ({len(reqs)} requirements)", reporter)
+        _run(
+            [_base_python(), "-m", "venv", str(venv)],
+            f"creating {venv.name} ({len(reqs)} requirements)",
+            reporter,
+        )
         try:
             if reqs:
-                _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
-                     f"installing {manifest.name} runtime requirements into {venv.name}", reporter)
+                _run(
+                    [
+                        str(venv / "bin" / "python"),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "-q",
+                        *reqs,
+                    ],
+                    f"installing {manifest.name} runtime requirements into {venv.name}",
+                    reporter,
+                )
             (venv / READY).write_text(json.dumps({"requirements": reqs}) + "\n")
         except BaseException:
             shutil.rmtree(venv, ignore_errors=True)
@@ -171,12 +186,7 @@ def deps_env(root: Path, manifest: Manifest, *, reporter: Reporter | None = None
 
 
 def arm_env(
-    root: Path,
-    manifest: Manifest,
-    wheel: Path,
-    *,
-    name: str,
-    reporter: Reporter | None = None,
+    root: Path, manifest: Manifest, wheel: Path, *, name: str, reporter: Reporter | None = None
 ) -> Arm:
     """A venv with ``wheel`` installed by pip (--no-deps) on top of the shared deps venv."""
     reporter = reporter or NullReporter()
@@ -190,14 +200,31 @@ def arm_env(
     with file_lock(venvs_dir(root) / f".{venv.name}.lock"):
         if not (venv / READY).is_file():
             shutil.rmtree(venv, ignore_errors=True)
-            _run([_base_python(), "-m", "venv", "--without-pip", str(venv)], f"creating the venv {venv.name}", reporter)
+            _run(
+                [_base_python(), "-m", "venv", "--without-pip", str(venv)],
+                f"creating the venv {venv.name}",
+                reporter,
+            )
             try:
                 site = _site_packages(venv)
-                (site / "_overlay_deps.pth").write_text(str(_site_packages(deps).resolve()) + "\n")  # .pth: absolute
+                (site / "_overlay_deps.pth").write_text(
+                    str(_site_packages(deps).resolve()) + "\n"
+                )  # .pth: absolute
                 _run(
-                    [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                     "--no-deps", "--no-index", "--no-compile", str(wheel)],
-                    f"installing {wheel.name} into {venv.name}", reporter,
+                    [
+                        str(venv / "bin" / "python"),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "-q",
+                        "--no-deps",
+                        "--no-index",
+                        "--no-compile",
+                        str(wheel),
+                    ],
+                    f"installing {wheel.name} into {venv.name}",
+                    reporter,
                 )
                 (venv / READY).write_text(json.dumps({"wheel": wheel.name, "sha256": digest}) + "\n")
             except BaseException:

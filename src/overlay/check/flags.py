@@ -51,21 +51,35 @@ class FlagChoice:
 
     def report(self) -> dict[str, Any]:
         exercised = set(self.exercised)
-        not_exercised: list[dict[str, Any]] = [{"patch": p.name, "flags": [f.text for f in p.flags if f.kind != "default"],
-                          "why": "flag off in this run (--flags)"} for p in self.inactive]
-        not_exercised += [{"patch": p.name, "flags": [f.text for f in p.flags if f.kind == "cli"],
-                           "why": "a CLI option: it reaches the tasks as request `options`, which only the census "
-                                  "task reads, so greedy, logits, sampling and speed ran without it (not counted in "
-                                  "the gate class)"} for p in self.active if p not in exercised]
+        not_exercised: list[dict[str, Any]] = [
+            {
+                "patch": p.name,
+                "flags": [f.text for f in p.flags if f.kind != "default"],
+                "why": "flag off in this run (--flags)",
+            }
+            for p in self.inactive
+        ]
+        not_exercised += [
+            {
+                "patch": p.name,
+                "flags": [f.text for f in p.flags if f.kind == "cli"],
+                "why": "a CLI option: it reaches the tasks as request `options`, which only the census "
+                "task reads, so greedy, logits, sampling and speed ran without it (not counted in "
+                "the gate class)",
+            }
+            for p in self.active
+            if p not in exercised
+        ]
         out: dict[str, Any] = {
-                "requested": self.requested,
-                "set": [f.text for f in self.selected],
-                "environment": self.env,
-                "options": self.options,
-                "active_patches": [p.name for p in self.active],
-                "exercised_patches": [p.name for p in self.exercised],
-                "inactive_patches": [p.name for p in self.inactive],
-                "not_exercised": not_exercised}
+            "requested": self.requested,
+            "set": [f.text for f in self.selected],
+            "environment": self.env,
+            "options": self.options,
+            "active_patches": [p.name for p in self.active],
+            "exercised_patches": [p.name for p in self.exercised],
+            "inactive_patches": [p.name for p in self.inactive],
+            "not_exercised": not_exercised,
+        }
         return out
 
 
@@ -99,7 +113,9 @@ def choose(patches: Sequence[Patch], requested: str, *, engine: str) -> FlagChoi
         selected = []
         for word in (w.strip() for w in text.split(",")):
             if not word:
-                raise UsageError(f"--flags {requested!r} has an empty name", tip="write NAME,NAME (no spaces needed)")
+                raise UsageError(
+                    f"--flags {requested!r} has an empty name", tip="write NAME,NAME (no spaces needed)"
+                )
             hits = [f for f in known if word in _names(f)]
             if not hits:
                 spellings = sorted({n for f in known for n in (f.name,)})
@@ -107,8 +123,10 @@ def choose(patches: Sequence[Patch], requested: str, *, engine: str) -> FlagChoi
                 raise UsageError(
                     f"--flags: {word!r} is not an Overlay-Flag of the {engine} series"
                     + (f" (did you mean {close[0]!r}?)" if close else ""),
-                    tip=("flags: " + ", ".join(f.text for f in known) + "; or `all` / `none`") if known
-                    else f"the {engine} series declares no opt-in flag: use --flags none")
+                    tip=("flags: " + ", ".join(f.text for f in known) + "; or `all` / `none`")
+                    if known
+                    else f"the {engine} series declares no opt-in flag: use --flags none",
+                )
             for f in hits:
                 if f not in selected:
                     selected.append(f)
@@ -118,4 +136,6 @@ def choose(patches: Sequence[Patch], requested: str, *, engine: str) -> FlagChoi
     for p in patches:
         opt = [f for f in p.flags if f.kind != "default"]
         (active if all(f.text in chosen for f in opt) else inactive).append(p)
-    return FlagChoice(requested=text, selected=tuple(selected), active=tuple(active), inactive=tuple(inactive))
+    return FlagChoice(
+        requested=text, selected=tuple(selected), active=tuple(active), inactive=tuple(inactive)
+    )

@@ -17,8 +17,15 @@ def reports_dir(root: Path) -> Path:
     return layout(root).reports
 
 
-def gates_for(cls: str, *, greedy: dict[str, Any] | None, logits: dict[str, Any] | None,
-              spec: dict[str, Any] | None, manifest: Manifest, who: str) -> list[dict[str, Any]]:
+def gates_for(
+    cls: str,
+    *,
+    greedy: dict[str, Any] | None,
+    logits: dict[str, Any] | None,
+    spec: dict[str, Any] | None,
+    manifest: Manifest,
+    who: str,
+) -> list[dict[str, Any]]:
     gates: list[dict[str, Any]] = []
 
     def gate(name: str, passed: bool, detail: str) -> None:
@@ -26,27 +33,50 @@ def gates_for(cls: str, *, greedy: dict[str, Any] | None, logits: dict[str, Any]
 
     if cls == "exact":
         if logits is not None and logits.get("positions"):
-            gate("logits bit-identical", logits["bit_identical"],
-                 f"max |d logprob| = {logits['max_abs_diff']:.3g} over {logits['positions']} positions")
+            gate(
+                "logits bit-identical",
+                logits["bit_identical"],
+                f"max |d logprob| = {logits['max_abs_diff']:.3g} over {logits['positions']} positions",
+            )
         if greedy is not None:
-            gate("greedy identical", greedy["identical"], f"{greedy['identical_count']}/{greedy['prompts']} prompts")
-            gate("greedy logprobs bit-identical", greedy["logprobs_bit_identical"],
-                 f"max |d| = {greedy['logprobs_max_abs_diff']:.3g}")
+            gate(
+                "greedy identical",
+                greedy["identical"],
+                f"{greedy['identical_count']}/{greedy['prompts']} prompts",
+            )
+            gate(
+                "greedy logprobs bit-identical",
+                greedy["logprobs_bit_identical"],
+                f"max |d| = {greedy['logprobs_max_abs_diff']:.3g}",
+            )
     elif cls == "lossless":
         if greedy is not None:
-            gate("greedy identical", greedy["identical"], f"{greedy['identical_count']}/{greedy['prompts']} prompts")
+            gate(
+                "greedy identical",
+                greedy["identical"],
+                f"{greedy['identical_count']}/{greedy['prompts']} prompts",
+            )
         if spec is not None and "self" in spec:
             rate = spec["self"]["patched"].get("engine", spec["self"]["patched"])["acceptance_rate"]
             gate("self-draft acceptance >= 0.98", rate >= 0.98, f"rate {rate:.3f}")
     else:
         if logits is not None and logits.get("positions"):
-            gate(f"KLD mean <= {manifest.check.kld_max:g}", logits["kld_mean"] <= manifest.check.kld_max,
-                 f"{logits['kld_mean']:.3g} +/- {logits['kld_se']:.2g}")
-            gate(f"top-1 >= {manifest.check.top1_min:g}", logits["top1_agreement"] >= manifest.check.top1_min,
-                 f"{logits['top1_agreement']:.4f}")
+            gate(
+                f"KLD mean <= {manifest.check.kld_max:g}",
+                logits["kld_mean"] <= manifest.check.kld_max,
+                f"{logits['kld_mean']:.3g} +/- {logits['kld_se']:.2g}",
+            )
+            gate(
+                f"top-1 >= {manifest.check.top1_min:g}",
+                logits["top1_agreement"] >= manifest.check.top1_min,
+                f"{logits['top1_agreement']:.4f}",
+            )
     if spec is not None and "never" in spec:
-        gate("never-right draft: output identical to serial", spec["never"]["patched_identical_to_serial"],
-             f"acceptance {spec['never']['patched']['acceptance_rate']:.3f}")
+        gate(
+            "never-right draft: output identical to serial",
+            spec["never"]["patched_identical_to_serial"],
+            f"acceptance {spec['never']['patched']['acceptance_rate']:.3f}",
+        )
     return gates
 
 
@@ -56,9 +86,12 @@ def check_speed_gate(options: CheckOptions) -> None:
         raise UsageError(
             f"--min-speedup needs at least {MIN_SPEED_GATE_REPS} speed repetitions; --reps is {options.reps}",
             tip=f"pass --reps {MIN_SPEED_GATE_REPS} or more (the 95% interval of a ratio from fewer paired "
-                "repetitions is too wide to gate on), or drop --min-speedup")
+            "repetitions is too wide to gate on), or drop --min-speedup",
+        )
     if options.min_speedup is not None and not options.min_speedup > 0:
-        raise UsageError(f"--min-speedup {options.min_speedup:g} must be above 0", tip="e.g. --min-speedup 1.05")
+        raise UsageError(
+            f"--min-speedup {options.min_speedup:g} must be above 0", tip="e.g. --min-speedup 1.05"
+        )
 
 
 def speed_gate(ratio: dict[str, Any], min_speedup: float) -> dict[str, Any]:
@@ -70,15 +103,24 @@ def speed_gate(ratio: dict[str, Any], min_speedup: float) -> dict[str, Any]:
         status = "inconclusive"
     else:
         status = "pass" if low >= min_speedup else "fail"
-    return {"subject": "series", "class": "speed", "gate": f"decode speedup CI low >= {min_speedup:g}",
-            "passed": status == "pass", "status": status,
-            "detail": f"ratio {ratio['ratio']:.3f}, 95% CI [{low:.3f}, {high:.3f}] over {ratio['n']} paired reps"
-                      + ("; the interval spans 1.0: INCONCLUSIVE (more --reps, a quieter machine)"
-                         if status == "inconclusive" else "")}
+    return {
+        "subject": "series",
+        "class": "speed",
+        "gate": f"decode speedup CI low >= {min_speedup:g}",
+        "passed": status == "pass",
+        "status": status,
+        "detail": f"ratio {ratio['ratio']:.3f}, 95% CI [{low:.3f}, {high:.3f}] over {ratio['n']} paired reps"
+        + (
+            "; the interval spans 1.0: INCONCLUSIVE (more --reps, a quieter machine)"
+            if status == "inconclusive"
+            else ""
+        ),
+    }
 
 
-def finish(root: Path, options: CheckOptions, manifest: Manifest, report: dict[str, Any],
-           gates: list[dict[str, Any]]) -> dict[str, Any]:
+def finish(
+    root: Path, options: CheckOptions, manifest: Manifest, report: dict[str, Any], gates: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Verdict, files, and CheckFailed (exit 4) when a gate did not pass ("fail", or "inconclusive" when only
     inconclusive gates did not pass)."""
     from overlay.check.host import load_average
@@ -100,10 +142,15 @@ def finish(root: Path, options: CheckOptions, manifest: Manifest, report: dict[s
     if failed:
         first = (hard or failed)[0]
         inconclusive = len(failed) - len(hard)
-        what = (f"{len(hard)} gate(s) failed" + (f", {inconclusive} inconclusive" if inconclusive else "") if hard
-                else f"{inconclusive} gate(s) inconclusive (none failed)")
-        exc = CheckFailed(f"{what}; first: {first['subject']} [{first['class']}] {first['gate']}: {first['detail']}",
-                          tip=f"see {json_path}")
+        what = (
+            f"{len(hard)} gate(s) failed" + (f", {inconclusive} inconclusive" if inconclusive else "")
+            if hard
+            else f"{inconclusive} gate(s) inconclusive (none failed)"
+        )
+        exc = CheckFailed(
+            f"{what}; first: {first['subject']} [{first['class']}] {first['gate']}: {first['detail']}",
+            tip=f"see {json_path}",
+        )
         exc.report = report  # type: ignore[attr-defined]
         raise exc
     return report

@@ -40,9 +40,15 @@ def host_facts() -> dict[str, Any]:
         usable: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = None
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "cores_usable": usable,
-            "load_average_start": load_average(), "platform": platform.platform(),
-            "machine": platform.machine(), "python": platform.python_version()}
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": usable,
+        "load_average_start": load_average(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
 
 
 def requirement_names(requirements: Sequence[str]) -> list[str]:

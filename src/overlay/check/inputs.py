@@ -34,8 +34,10 @@ class PromptSpec:
 
 
 def _bad(path: Path, lineno: int, what: str) -> UsageError:
-    return UsageError(f"--prompts {path}: line {lineno}: {what}",
-                      tip='one JSON object a line: {"text": "..."} or {"messages": [{"role": "user", "content": "..."}]}')
+    return UsageError(
+        f"--prompts {path}: line {lineno}: {what}",
+        tip='one JSON object a line: {"text": "..."} or {"messages": [{"role": "user", "content": "..."}]}',
+    )
 
 
 def load_prompts(path: Path) -> list[PromptSpec]:
@@ -43,11 +45,15 @@ def load_prompts(path: Path) -> list[PromptSpec]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise UsageError(f"--prompts {path}: cannot read it ({exc.strerror or exc})", tip="pass a JSONL file") from exc
+        raise UsageError(
+            f"--prompts {path}: cannot read it ({exc.strerror or exc})", tip="pass a JSONL file"
+        ) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--prompts {path}: not UTF-8 (byte {exc.start})", tip="save the file as UTF-8") from exc
+        raise UsageError(
+            f"--prompts {path}: not UTF-8 (byte {exc.start})", tip="save the file as UTF-8"
+        ) from exc
     out: list[PromptSpec] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -60,24 +66,32 @@ def load_prompts(path: Path) -> list[PromptSpec]:
             raise _bad(path, lineno, f"a JSON {type(obj).__name__}, not an object")
         extra = sorted(set(obj) - PROMPT_KEYS)
         if extra:
-            raise _bad(path, lineno, f"unknown key(s) {', '.join(map(repr, extra))} (known: text, messages, category, id)")
+            raise _bad(
+                path,
+                lineno,
+                f"unknown key(s) {', '.join(map(repr, extra))} (known: text, messages, category, id)",
+            )
         if ("text" in obj) == ("messages" in obj):
-            raise _bad(path, lineno, "needs exactly one of \"text\" and \"messages\"")
+            raise _bad(path, lineno, 'needs exactly one of "text" and "messages"')
         category = obj.get("category", obj.get("id", f"line {lineno}"))
         if not isinstance(category, (str, int)):
-            raise _bad(path, lineno, "\"category\" must be a string")
+            raise _bad(path, lineno, '"category" must be a string')
         if "text" in obj:
             if not isinstance(obj["text"], str) or not obj["text"].strip():
-                raise _bad(path, lineno, "\"text\" must be a non-empty string")
+                raise _bad(path, lineno, '"text" must be a non-empty string')
             out.append(PromptSpec(category=str(category), text=obj["text"]))
             continue
         msgs = obj["messages"]
         if not isinstance(msgs, list) or not msgs:
-            raise _bad(path, lineno, "\"messages\" must be a non-empty list")
+            raise _bad(path, lineno, '"messages" must be a non-empty list')
         conv: list[tuple[str, str]] = []
         for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise _bad(path, lineno, f"message {i} needs string \"role\" and \"content\"")
+            if (
+                not isinstance(m, dict)
+                or not isinstance(m.get("role"), str)
+                or not isinstance(m.get("content"), str)
+            ):
+                raise _bad(path, lineno, f'message {i} needs string "role" and "content"')
             if m["role"] not in ROLES:
                 raise _bad(path, lineno, f"message {i}: role {m['role']!r} is not one of {', '.join(ROLES)}")
             conv.append((m["role"], m["content"]))
@@ -92,9 +106,13 @@ def load_corpus(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"--corpus {path}: cannot read it ({exc.strerror or exc})", tip="pass a text file") from exc
+        raise UsageError(
+            f"--corpus {path}: cannot read it ({exc.strerror or exc})", tip="pass a text file"
+        ) from exc
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--corpus {path}: not UTF-8 (byte {exc.start})", tip="save the file as UTF-8") from exc
+        raise UsageError(
+            f"--corpus {path}: not UTF-8 (byte {exc.start})", tip="save the file as UTF-8"
+        ) from exc
     docs: list[str] = []
     if path.suffix == ".jsonl":
         for lineno, line in enumerate(text.splitlines(), start=1):
@@ -103,10 +121,13 @@ def load_corpus(path: Path) -> list[str]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise UsageError(f"--corpus {path}: line {lineno}: not JSON ({exc.msg})",
-                                 tip='one {"text": "..."} a line') from exc
+                raise UsageError(
+                    f"--corpus {path}: line {lineno}: not JSON ({exc.msg})", tip='one {"text": "..."} a line'
+                ) from exc
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise UsageError(f"--corpus {path}: line {lineno}: needs a string \"text\"", tip='one {"text": "..."} a line')
+                raise UsageError(
+                    f'--corpus {path}: line {lineno}: needs a string "text"', tip='one {"text": "..."} a line'
+                )
             docs.append(obj["text"])
     else:
         docs = [d.strip() for d in text.split("\n\n")]
@@ -116,8 +137,9 @@ def load_corpus(path: Path) -> list[str]:
     return docs
 
 
-def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models,
-               specs: list[PromptSpec] | None = None) -> tuple[list[dict[str, Any]], list[list[int]], dict[str, Any]]:
+def prompt_set(
+    adapter: EngineAdapter, arm: Arm, models: Models, specs: list[PromptSpec] | None = None
+) -> tuple[list[dict[str, Any]], list[list[int]], dict[str, Any]]:
     """Prompts with their token ids, and where they came from (for the report)."""
     from overlay.check import models as tinymodels
 
@@ -129,14 +151,25 @@ def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models,
         rendered: list[str] = []
         template = None
         if convs:
-            res = arm.run_json(WORKERS / "chat_template.py", {"model": str(models.target), "conversations": convs},
-                               timeout=600)
+            res = arm.run_json(
+                WORKERS / "chat_template.py",
+                {"model": str(models.target), "conversations": convs},
+                timeout=600,
+            )
             rendered, template = list(res["texts"]), res["template"]
         it = iter(rendered)
-        prompts = [{"category": s.category, "text": s.text if s.text is not None else next(it),
-                    "chat": s.messages is not None} for s in specs]
+        prompts = [
+            {
+                "category": s.category,
+                "text": s.text if s.text is not None else next(it),
+                "chat": s.messages is not None,
+            }
+            for s in specs
+        ]
         source = {"source": "file", "count": len(prompts), "chat": len(convs), "chat_template": template}
-    res = adapter.run(arm, {"task": "tokenize", "model": str(models.target), "prompts": [p["text"] for p in prompts]})
+    res = adapter.run(
+        arm, {"task": "tokenize", "model": str(models.target), "prompts": [p["text"] for p in prompts]}
+    )
     for p, ids in zip(prompts, res["ids"]):
         p["vocab_size"] = res.get("vocab_size")
         if not ids:
@@ -144,8 +177,15 @@ def prompt_set(adapter: EngineAdapter, arm: Arm, models: Models,
     return prompts, res["ids"], source
 
 
-def teacher_sequences(adapter: EngineAdapter, arm: Arm, models: Models, *, positions: int, seq_len: int,
-                      docs: list[str] | None = None) -> list[list[int]]:
+def teacher_sequences(
+    adapter: EngineAdapter,
+    arm: Arm,
+    models: Models,
+    *,
+    positions: int,
+    seq_len: int,
+    docs: list[str] | None = None,
+) -> list[list[int]]:
     """Token sequences from the corpus (the built-in one, a held-out seed, unless ``docs``), enough for
     ``positions`` scored positions (a short corpus is scored again, shifted by one token per pass)."""
     from overlay.check.models import corpus
@@ -156,8 +196,10 @@ def teacher_sequences(adapter: EngineAdapter, arm: Arm, models: Models, *, posit
     stream = [t for doc in ids for t in doc]
     if len(stream) < seq_len + 1:
         where = "--corpus file" if given else "built-in corpus"
-        raise UsageError(f"the {where} has {len(stream)} tokens, fewer than --seq-len {seq_len} + 1",
-                         tip="give a longer corpus" if given else "lower --seq-len")
+        raise UsageError(
+            f"the {where} has {len(stream)} tokens, fewer than --seq-len {seq_len} + 1",
+            tip="give a longer corpus" if given else "lower --seq-len",
+        )
     seqs: list[list[int]] = []
     need = positions
     pos = 0
@@ -188,7 +230,9 @@ def never_right_draft(target: Path, out: Path) -> Path:
     head = next((k for k in tensors if k.endswith("lm_head.weight")), None)
     if head is None:
         embed = next(k for k in tensors if k.endswith("embed_tokens.weight"))
-        head = embed.replace("model.embed_tokens.weight", "lm_head.weight").replace("embed_tokens.weight", "lm_head.weight")
+        head = embed.replace("model.embed_tokens.weight", "lm_head.weight").replace(
+            "embed_tokens.weight", "lm_head.weight"
+        )
         tensors[head] = tensors[embed].copy()
         config["tie_word_embeddings"] = False
         (out / "config.json").write_text(json.dumps(config, indent=2))

@@ -23,7 +23,9 @@ SPEED_METRICS = {
 }
 
 
-def compare_greedy(ref: dict[str, Any], cand: dict[str, Any], prompts: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_greedy(
+    ref: dict[str, Any], cand: dict[str, Any], prompts: list[dict[str, Any]]
+) -> dict[str, Any]:
     identical = 0
     first: dict[str, Any] | None = None
     max_diff = 0.0
@@ -32,7 +34,11 @@ def compare_greedy(ref: dict[str, Any], cand: dict[str, Any], prompts: list[dict
         if a == b:
             identical += 1
         elif first is None:
-            t = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y) if any(x != y for x, y in zip(a, b)) else min(len(a), len(b))
+            t = (
+                next(k for k, (x, y) in enumerate(zip(a, b)) if x != y)
+                if any(x != y for x, y in zip(a, b))
+                else min(len(a), len(b))
+            )
             first = {
                 "prompt": i,
                 "category": prompts[i]["category"],
@@ -96,22 +102,42 @@ def spec_summary(run: dict[str, Any], k: int, *, engine_counters: bool = True) -
     engine = _acceptance(*eng) if exact and run["results"] else None
     if engine is not None and engine_counters:
         return {**engine, "counters": "engine", "engine": engine}
-    out = {**_acceptance(flag_a, flag_c * k, flag_c),
-           "counters": "derived from from_draft flags (an estimate: the last cycle may draft fewer)"}
+    out = {
+        **_acceptance(flag_a, flag_c * k, flag_c),
+        "counters": "derived from from_draft flags (an estimate: the last cycle may draft fewer)",
+    }
     if engine is not None:
         out["engine"] = engine
     return out
 
 
-def speed_runs(adapter: EngineAdapter, arms: Sequence[Arm], models: Models, prompt: list[int], *, reps: int,
-               decode_tokens: int, reporter: Reporter, cold: bool) -> dict[str, dict[str, list[float]]]:
+def speed_runs(
+    adapter: EngineAdapter,
+    arms: Sequence[Arm],
+    models: Models,
+    prompt: list[int],
+    *,
+    reps: int,
+    decode_tokens: int,
+    reporter: Reporter,
+    cold: bool,
+) -> dict[str, dict[str, list[float]]]:
     samples: dict[str, dict[str, list[float]]] = {
-        a.name: {"decode_tok_s": [], "decode_cpu_tok_s": [], "prefill_tok_s": [], "cold_start_s": []} for a in arms}
+        a.name: {"decode_tok_s": [], "decode_cpu_tok_s": [], "prefill_tok_s": [], "cold_start_s": []}
+        for a in arms
+    }
     for rep in range(reps):
-        order = list(arms[rep % len(arms):]) + list(arms[: rep % len(arms)])
+        order = list(arms[rep % len(arms) :]) + list(arms[: rep % len(arms)])
         for arm in order:
-            res = adapter.run(arm, {"task": "speed", "model": str(models.target), "prompt": prompt,
-                                    "decode_tokens": decode_tokens})
+            res = adapter.run(
+                arm,
+                {
+                    "task": "speed",
+                    "model": str(models.target),
+                    "prompt": prompt,
+                    "decode_tokens": decode_tokens,
+                },
+            )
             samples[arm.name]["decode_tok_s"].append(res["decode_tok_s"])
             samples[arm.name]["prefill_tok_s"].append(res["prefill_tok_s"])
             if "decode_cpu_tok_s" in res:
@@ -134,7 +160,10 @@ def speed_block(samples: dict[str, dict[str, list[float]]], cand: str, ref: str)
     for metric, (key, unit, higher) in SPEED_METRICS.items():
         if samples[cand].get(key) and samples[ref].get(key):
             r: dict[str, Any] = dict(stats.ratio_ci(samples[cand][key], samples[ref][key]))
-            r.update(better="higher" if higher else "lower", unit=unit,
-                     verdict=stats.speed_verdict(r, higher_is_better=higher))
+            r.update(
+                better="higher" if higher else "lower",
+                unit=unit,
+                verdict=stats.speed_verdict(r, higher_is_better=higher),
+            )
             out["ratio"][metric] = r
     return out

@@ -22,10 +22,24 @@ def available(engine: str) -> bool:
     return engine in SAMPLERS
 
 
-def sample(engine: str, arm: Arm, model: Path, prompt_ids: list[list[int]], *, temperature: float, seeds: list[int],
-           positions: int, options: dict[str, Any] | None = None) -> list[list[list[int]]]:
-    req: dict[str, Any] = {"model": str(model), "prompts": prompt_ids, "temperature": temperature, "seeds": seeds,
-                           "positions": positions}
+def sample(
+    engine: str,
+    arm: Arm,
+    model: Path,
+    prompt_ids: list[list[int]],
+    *,
+    temperature: float,
+    seeds: list[int],
+    positions: int,
+    options: dict[str, Any] | None = None,
+) -> list[list[list[int]]]:
+    req: dict[str, Any] = {
+        "model": str(model),
+        "prompts": prompt_ids,
+        "temperature": temperature,
+        "seeds": seeds,
+        "positions": positions,
+    }
     if options:
         req["options"] = options
     res = arm.run_json(SAMPLERS[engine], req, timeout=1800)
@@ -33,8 +47,15 @@ def sample(engine: str, arm: Arm, model: Path, prompt_ids: list[list[int]], *, t
     return tokens
 
 
-def compare(stock: list[list[list[int]]], patched: list[list[list[int]]], *, categories: list[str],
-            temperature: float, positions: int, alpha: float = ALPHA) -> dict[str, Any]:
+def compare(
+    stock: list[list[list[int]]],
+    patched: list[list[list[int]]],
+    *,
+    categories: list[str],
+    temperature: float,
+    positions: int,
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
     """Per prompt and position: the chi-square test of stock's vs patched's sampled tokens."""
     tests = []
     identical = total = 0
@@ -50,18 +71,32 @@ def compare(stock: list[list[list[int]]], patched: list[list[list[int]]], *, cat
     informative = [t for t in tests if t["df"] > 0]
     threshold = alpha / max(1, len(informative))
     worst = min(informative, key=lambda t: t["p"]) if informative else None
-    return {"temperature": temperature, "seeds": len(stock[0]) if stock else 0, "prompts": len(stock),
-            "positions": positions, "tests": tests, "informative_tests": len(informative), "alpha": alpha,
-            "threshold": threshold, "min_p": worst["p"] if worst else 1.0, "worst": worst,
-            "equal": all(t["p"] >= threshold for t in informative),
-            "identical_runs": identical, "runs": total}
+    return {
+        "temperature": temperature,
+        "seeds": len(stock[0]) if stock else 0,
+        "prompts": len(stock),
+        "positions": positions,
+        "tests": tests,
+        "informative_tests": len(informative),
+        "alpha": alpha,
+        "threshold": threshold,
+        "min_p": worst["p"] if worst else 1.0,
+        "worst": worst,
+        "equal": all(t["p"] >= threshold for t in informative),
+        "identical_runs": identical,
+        "runs": total,
+    }
 
 
 def gate(result: dict[str, Any], cls: str) -> dict[str, Any]:
     w = result["worst"]
     where = f"; lowest p {w['p']:.3g} at prompt {w['prompt']} position {w['position']}" if w else ""
-    return {"subject": "series", "class": cls, "gate": f"sampling distribution at T={result['temperature']:g} equals stock's",
-            "passed": bool(result["equal"]),
-            "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} seeds, Bonferroni "
-                      f"threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
-                      "identical seed for seed"}
+    return {
+        "subject": "series",
+        "class": cls,
+        "gate": f"sampling distribution at T={result['temperature']:g} equals stock's",
+        "passed": bool(result["equal"]),
+        "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} seeds, Bonferroni "
+        f"threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
+        "identical seed for seed",
+    }

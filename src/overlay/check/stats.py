@@ -44,7 +44,11 @@ def agreement(ref_logprobs: np.ndarray, cand_logprobs: np.ndarray, targets: np.n
     if ref_logprobs.shape != cand_logprobs.shape:
         raise ValueError(f"logit shapes differ: {ref_logprobs.shape} vs {cand_logprobs.shape}")
     identical = bool(np.array_equal(ref_logprobs, cand_logprobs))
-    diff = float(np.max(np.abs(ref_logprobs.astype(np.float64) - cand_logprobs.astype(np.float64)))) if ref_logprobs.size else 0.0
+    diff = (
+        float(np.max(np.abs(ref_logprobs.astype(np.float64) - cand_logprobs.astype(np.float64))))
+        if ref_logprobs.size
+        else 0.0
+    )
     lp = log_softmax(ref_logprobs)
     lq = log_softmax(cand_logprobs)
     p = np.exp(lp)
@@ -70,7 +74,9 @@ def _bootstrap_means(blocks: Sequence[tuple[float, int]], n: int, rng: np.random
     return means
 
 
-def summarize(seqs: Sequence[SeqAgreement], *, n_boot: int = 1000) -> dict[str, float | int | bool | list[float]]:
+def summarize(
+    seqs: Sequence[SeqAgreement], *, n_boot: int = 1000
+) -> dict[str, float | int | bool | list[float]]:
     """Mean KLD with block-bootstrap SE, percentiles, top-1 agreement, paired delta NLL with SE."""
     rng = np.random.default_rng(_RNG_SEED)
     kld = np.concatenate([s.kld for s in seqs]) if seqs else np.zeros(0)
@@ -81,7 +87,9 @@ def summarize(seqs: Sequence[SeqAgreement], *, n_boot: int = 1000) -> dict[str, 
         return {"positions": 0}
     boot_kld = _bootstrap_means([(float(s.kld.sum()), s.kld.size) for s in seqs], n_boot, rng)
     boot_top1 = _bootstrap_means([(float(s.top1_same.sum()), s.top1_same.size) for s in seqs], n_boot, rng)
-    boot_dnll = _bootstrap_means([(float((s.nll_cand - s.nll_ref).sum()), s.kld.size) for s in seqs], n_boot, rng)
+    boot_dnll = _bootstrap_means(
+        [(float((s.nll_cand - s.nll_ref).sum()), s.kld.size) for s in seqs], n_boot, rng
+    )
     return {
         "positions": positions,
         "sequences": len(seqs),
@@ -109,10 +117,42 @@ def histogram(values: np.ndarray, bins: int = 20) -> list[float]:
 
 
 # two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (standard tables)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 RATIO_COVERAGE = 0.95
-RATIO_METHOD = "paired log-ratio t-interval (95%): exp(mean +/- t * sd / sqrt(n)) of log(candidate/reference) per rep"
+RATIO_METHOD = (
+    "paired log-ratio t-interval (95%): exp(mean +/- t * sd / sqrt(n)) of log(candidate/reference) per rep"
+)
 
 
 def t975(df: int) -> float:
@@ -145,17 +185,25 @@ def ratio_ci(candidate: Sequence[float], reference: Sequence[float]) -> dict[str
     if n < 2:
         return {"ratio": float(np.exp(mean)), "ci_low": None, "ci_high": None, "n": 1, "method": RATIO_METHOD}
     half = t975(n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
-    return {"ratio": float(np.exp(mean)), "ci_low": float(np.exp(mean - half)), "ci_high": float(np.exp(mean + half)),
-            "n": int(n), "method": RATIO_METHOD,
-            "ratio_of_medians": float(np.median(c) / np.median(r))}  # unpaired, for context only
+    return {
+        "ratio": float(np.exp(mean)),
+        "ci_low": float(np.exp(mean - half)),
+        "ci_high": float(np.exp(mean + half)),
+        "n": int(n),
+        "method": RATIO_METHOD,
+        "ratio_of_medians": float(np.median(c) / np.median(r)),
+    }  # unpaired, for context only
 
 
 def speed_verdict(ratio: dict[str, Any], *, higher_is_better: bool) -> str:
-    """"better", "worse" or "inconclusive" (the interval spans 1.0, or there is none) for a candidate/reference
+    """ "better", "worse" or "inconclusive" (the interval spans 1.0, or there is none) for a candidate/reference
     ratio; ``higher_is_better``: tok/s (True) or seconds (False, e.g. cold start)."""
     low, high = ratio.get("ci_low"), ratio.get("ci_high")
-    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or not (
-            math.isfinite(low) and math.isfinite(high)):
+    if (
+        not isinstance(low, (int, float))
+        or not isinstance(high, (int, float))
+        or not (math.isfinite(low) and math.isfinite(high))
+    ):
         return "inconclusive"
     if low <= 1.0 <= high:
         return "inconclusive"
@@ -231,8 +279,11 @@ def fmt_ratio(r: dict[str, Any] | None) -> str:
     """``1.234 [1.100, 1.380]`` (or ``[no interval]`` from one repetition)."""
     if not r:
         return "-"
-    ci = (f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if isinstance(r.get("ci_low"), (int, float))
-          and isinstance(r.get("ci_high"), (int, float)) else "[no interval]")
+    ci = (
+        f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        if isinstance(r.get("ci_low"), (int, float)) and isinstance(r.get("ci_high"), (int, float))
+        else "[no interval]"
+    )
     return f"{r['ratio']:.3f} {ci}"
 
 

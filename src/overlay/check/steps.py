@@ -22,27 +22,46 @@ from overlay.core.series import Patch, load_engine_series
 from overlay.progress import Reporter
 
 
-def mechanism_step(report: dict[str, Any], gates: list[dict[str, Any]], *, root: Path, adapter: EngineAdapter, stock: Arm,
-               patched: Arm, patches: Sequence[Patch], models: Models | None, options: CheckOptions,
-               reporter: Reporter, unavailable: str | None = None) -> None:
+def mechanism_step(
+    report: dict[str, Any],
+    gates: list[dict[str, Any]],
+    *,
+    root: Path,
+    adapter: EngineAdapter,
+    stock: Arm,
+    patched: Arm,
+    patches: Sequence[Patch],
+    models: Models | None,
+    options: CheckOptions,
+    reporter: Reporter,
+    unavailable: str | None = None,
+) -> None:
     """The mechanism census into ``report["mechanism"]`` (and its failed gates into ``gates``)."""
     scenarios = adapter.census_scenarios() if unavailable is None else ()
     # an engine that cannot run its full tasks here may still run its census (e.g. with labelled stand-ins)
     chosen = [p for p in patches if options.patch in (None, p.name)]
     declared = sum(len(p.mechanisms) for p in chosen)
-    reporter.step("check", f"mechanism census: {declared} declared mechanism(s) in {len(chosen)} patch(es)"
-                  + (f", scenarios {', '.join(scenarios)}" if scenarios else ""))
+    reporter.step(
+        "check",
+        f"mechanism census: {declared} declared mechanism(s) in {len(chosen)} patch(es)"
+        + (f", scenarios {', '.join(scenarios)}" if scenarios else ""),
+    )
     pick = getattr(adapter, "census_variants", None)
     variants: tuple[census_mod.Variant, ...] = ()
     if scenarios and callable(pick):
-        variants = tuple(pick(root=root, arm=stock, models=models, explicit=options.model is not None,
-                              reporter=reporter))
+        variants = tuple(
+            pick(root=root, arm=stock, models=models, explicit=options.model is not None, reporter=reporter)
+        )
     elif scenarios:  # the adapter's census picks its own model (or stand-in) when none is given
-        variants = (census_mod.Variant(name=models.target_kind or models.target.name, model=str(models.target))
-                    if models is not None else census_mod.Variant(name="the census's own model", model=""),)
+        variants = (
+            census_mod.Variant(name=models.target_kind or models.target.name, model=str(models.target))
+            if models is not None
+            else census_mod.Variant(name="the census's own model", model=""),
+        )
     gate = options.mechanism_gated
-    census = census_mod.Census(lambda arm, req: adapter.run(arm, req, timeout=600), variants=variants,
-                               steps=options.census_steps)
+    census = census_mod.Census(
+        lambda arm, req: adapter.run(arm, req, timeout=600), variants=variants, steps=options.census_steps
+    )
     prefixes: dict[int, Arm] = {0: stock, len(patches): patched}
 
     def prefix_arm(n: int) -> Arm:
@@ -54,40 +73,80 @@ def mechanism_step(report: dict[str, Any], gates: list[dict[str, Any]], *, root:
 
     label = getattr(adapter, "census_label", None)
     cpu_label = (lambda m, s, p: label(m.metric, s, p)) if callable(label) else None
-    records = census_mod.census_records(patches=patches, only=options.patch, census=census, stock=stock,
-                                        patched=patched, scenarios=scenarios, prefix_arm=prefix_arm,
-                                        cpu_label=cpu_label, unavailable=unavailable)
+    records = census_mod.census_records(
+        patches=patches,
+        only=options.patch,
+        census=census,
+        stock=stock,
+        patched=patched,
+        scenarios=scenarios,
+        prefix_arm=prefix_arm,
+        cpu_label=cpu_label,
+        unavailable=unavailable,
+    )
     report["mechanism"] = records
     counts = census_mod.summary(records)
-    report["mechanism_summary"] = {**counts, "census_runs": census.runs, "steps": options.census_steps,
-                                   "variants": [{"name": v.name, "model": v.model, **dict(v.extra)} for v in variants],
-                                   "gated": gate, "tolerance": census_mod.TOLERANCE,
-                                   "relative_tolerance": dict(census_mod.RELATIVE_TOLERANCE)}
+    report["mechanism_summary"] = {
+        **counts,
+        "census_runs": census.runs,
+        "steps": options.census_steps,
+        "variants": [{"name": v.name, "model": v.model, **dict(v.extra)} for v in variants],
+        "gated": gate,
+        "tolerance": census_mod.TOLERANCE,
+        "relative_tolerance": dict(census_mod.RELATIVE_TOLERANCE),
+    }
     if counts["do_not_hold"]:
         report["notes"].append(
             f"mechanism: {counts['do_not_hold']} of {counts['declared']} declared do not hold"
-            + ("" if gate else " (NOT GATED in this run: --no-gate-mechanism; see the mechanism records)"))
+            + ("" if gate else " (NOT GATED in this run: --no-gate-mechanism; see the mechanism records)")
+        )
     if not gate:
-        report["notes"].append("mechanism census NOT GATED in this run (--no-gate-mechanism): a declared mechanism "
-                               "that does not hold is reported, not failed")
+        report["notes"].append(
+            "mechanism census NOT GATED in this run (--no-gate-mechanism): a declared mechanism "
+            "that does not hold is reported, not failed"
+        )
     if counts["not_measured"]:
-        report["notes"].append(f"mechanism: {counts['not_measured']} of {counts['declared']} declared not measured here")
+        report["notes"].append(
+            f"mechanism: {counts['not_measured']} of {counts['declared']} declared not measured here"
+        )
     gates += census_mod.gates(records, enforce=gate)
 
 
-def spec_protocol(adapter: EngineAdapter, stock: Arm, patched: Arm, models: Models, prompt_ids: list[list[int]],
-                   greedy_runs: dict[str, dict[str, Any]], options: CheckOptions, tmp: Path,
-                   reporter: Reporter) -> dict[str, Any]:
+def spec_protocol(
+    adapter: EngineAdapter,
+    stock: Arm,
+    patched: Arm,
+    models: Models,
+    prompt_ids: list[list[int]],
+    greedy_runs: dict[str, dict[str, Any]],
+    options: CheckOptions,
+    tmp: Path,
+    reporter: Reporter,
+) -> dict[str, Any]:
     drafts = {"self": models.target, "never": never_right_draft(models.target, tmp / "never-draft")}
     if models.draft is not None:
         drafts["real"] = models.draft
-    out: dict[str, Any] = {"k": options.num_draft, "max_tokens": options.max_tokens, "prompts": len(prompt_ids)}
+    out: dict[str, Any] = {
+        "k": options.num_draft,
+        "max_tokens": options.max_tokens,
+        "prompts": len(prompt_ids),
+    }
     per_arm: dict[str, dict[str, Any]] = {}
     for arm in (stock, patched):
-        reporter.step("check", f"speculative: {', '.join(drafts)} drafts, k={options.num_draft}, {arm.name} arm")
-        per_arm[arm.name] = adapter.run(arm, {"task": "spec", "model": str(models.target),
-                                              "drafts": {k: str(v) for k, v in drafts.items()}, "prompts": prompt_ids,
-                                              "k": options.num_draft, "max_tokens": options.max_tokens})["drafts"]
+        reporter.step(
+            "check", f"speculative: {', '.join(drafts)} drafts, k={options.num_draft}, {arm.name} arm"
+        )
+        per_arm[arm.name] = adapter.run(
+            arm,
+            {
+                "task": "spec",
+                "model": str(models.target),
+                "drafts": {k: str(v) for k, v in drafts.items()},
+                "prompts": prompt_ids,
+                "k": options.num_draft,
+                "max_tokens": options.max_tokens,
+            },
+        )["drafts"]
     for label in drafts:
         entry: dict[str, Any] = {}
         # Like with like: engine counters only when both arms report them, else both from the from_draft flags.
@@ -97,16 +156,32 @@ def spec_protocol(adapter: EngineAdapter, stock: Arm, patched: Arm, models: Mode
             entry[arm.name] = spec_summary(run, options.num_draft, engine_counters=both)
             serial = greedy_runs.get(arm.name, {}).get("outputs") if greedy_runs else None
             if serial is not None:
-                same = [r["tokens"] == s[: len(r["tokens"])] and len(r["tokens"]) > 0 for r, s in zip(run["results"], serial)]
+                same = [
+                    r["tokens"] == s[: len(r["tokens"])] and len(r["tokens"]) > 0
+                    for r, s in zip(run["results"], serial)
+                ]
                 entry[f"{arm.name}_identical_to_serial"] = all(same)
         out[label] = entry
     return out
 
 
-def per_patch(root: Path, manifest: Manifest, adapter: EngineAdapter, stock: Arm, models: Models,
-               prompts: list[dict[str, Any]], prompt_ids: list[list[int]], options: CheckOptions, tmp: Path,
-               reporter: Reporter, gates: list[dict[str, Any]], *, flag_env: Mapping[str, str] | None = None,
-              active: set[str] | None = None, docs: list[str] | None = None) -> list[dict[str, Any]]:
+def per_patch(
+    root: Path,
+    manifest: Manifest,
+    adapter: EngineAdapter,
+    stock: Arm,
+    models: Models,
+    prompts: list[dict[str, Any]],
+    prompt_ids: list[list[int]],
+    options: CheckOptions,
+    tmp: Path,
+    reporter: Reporter,
+    gates: list[dict[str, Any]],
+    *,
+    flag_env: Mapping[str, str] | None = None,
+    active: set[str] | None = None,
+    docs: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """Each patch against the prefix before it. With ``flag_env`` the prefixes run with the chosen flags; a patch
     not in ``active`` (its flag off) is gated as exact: off must be off."""
     series = load_engine_series(root, manifest)
@@ -118,38 +193,73 @@ def per_patch(root: Path, manifest: Manifest, adapter: EngineAdapter, stock: Arm
     tasks = adapter.tasks()
     greedy: dict[str, dict[str, Any]] = {}
     logits_files: dict[str, list[str]] = {}
-    seqs = teacher_sequences(adapter, stock, models, positions=min(options.positions, 8192), seq_len=options.seq_len,
-                             docs=docs)
+    seqs = teacher_sequences(
+        adapter, stock, models, positions=min(options.positions, 8192), seq_len=options.seq_len, docs=docs
+    )
     for arm in arms:
         reporter.step("check", f"per-patch: {arm.name} ({arm.version})")
         if "greedy" in tasks:
             (tmp / f"pg-{arm.name}").mkdir(exist_ok=True)
-            greedy[arm.name] = adapter.run(arm, {"task": "greedy", "model": str(models.target), "prompts": prompt_ids,
-                                                 "max_tokens": options.max_tokens, "out": str(tmp / f"pg-{arm.name}")})
+            greedy[arm.name] = adapter.run(
+                arm,
+                {
+                    "task": "greedy",
+                    "model": str(models.target),
+                    "prompts": prompt_ids,
+                    "max_tokens": options.max_tokens,
+                    "out": str(tmp / f"pg-{arm.name}"),
+                },
+            )
         if "logits" in tasks:
             (tmp / f"pl-{arm.name}").mkdir(exist_ok=True)
-            logits_files[arm.name] = adapter.run(arm, {"task": "logits", "model": str(models.target), "sequences": seqs,
-                                                       "vocab_size": prompts[0].get("vocab_size"),
-                                                       "out": str(tmp / f"pl-{arm.name}")})["files"]
-    samples = speed_runs(adapter, arms, models, prompt_ids[0] * 4, reps=max(1, options.reps), decode_tokens=options.decode_tokens,
-                         reporter=reporter, cold=False) if "speed" in tasks else None
+            logits_files[arm.name] = adapter.run(
+                arm,
+                {
+                    "task": "logits",
+                    "model": str(models.target),
+                    "sequences": seqs,
+                    "vocab_size": prompts[0].get("vocab_size"),
+                    "out": str(tmp / f"pl-{arm.name}"),
+                },
+            )["files"]
+    samples = (
+        speed_runs(
+            adapter,
+            arms,
+            models,
+            prompt_ids[0] * 4,
+            reps=max(1, options.reps),
+            decode_tokens=options.decode_tokens,
+            reporter=reporter,
+            cold=False,
+        )
+        if "speed" in tasks
+        else None
+    )
     rows = []
     for i, patch in enumerate(series.patches, start=1):
         prev, cur = arms[i - 1].name, arms[i].name
         g = compare_greedy(greedy[prev], greedy[cur], prompts) if greedy else None
         lg = logit_agreement(logits_files[prev], logits_files[cur], seqs) if logits_files else None
-        row: dict[str, Any] = {"patch": patch.name, "subject": patch.subject, "numerics": patch.numerics,
-                               "greedy_identical_to_previous": g["identical"] if g else None,
-                               "logits_vs_previous": None if lg is None else {
-                                   k: lg[k] for k in ("bit_identical", "max_abs_diff", "kld_mean", "top1_agreement")}}
+        row: dict[str, Any] = {
+            "patch": patch.name,
+            "subject": patch.subject,
+            "numerics": patch.numerics,
+            "greedy_identical_to_previous": g["identical"] if g else None,
+            "logits_vs_previous": None
+            if lg is None
+            else {k: lg[k] for k in ("bit_identical", "max_abs_diff", "kld_mean", "top1_agreement")},
+        }
         if samples is not None:
-            row["decode_ratio_vs_previous"] = stats.ratio_ci(samples[cur]["decode_tok_s"], samples[prev]["decode_tok_s"])
-            row["decode_ratio_vs_stock"] = stats.ratio_ci(samples[cur]["decode_tok_s"], samples["stock"]["decode_tok_s"])
+            row["decode_ratio_vs_previous"] = stats.ratio_ci(
+                samples[cur]["decode_tok_s"], samples[prev]["decode_tok_s"]
+            )
+            row["decode_ratio_vs_stock"] = stats.ratio_ci(
+                samples[cur]["decode_tok_s"], samples["stock"]["decode_tok_s"]
+            )
         on = active is None or patch.name in active
         row["active"] = on
         cls = (patch.numerics or "approximate") if on else "exact"
         gates += gates_for(cls, greedy=g, logits=lg, spec=None, manifest=manifest, who=patch.name)
         rows.append(row)
     return rows
-
-

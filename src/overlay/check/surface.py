@@ -137,7 +137,9 @@ def compare(stock: dict[str, Any], patched: dict[str, Any]) -> dict[str, Any]:
         if key not in patched["entry_points"]:
             removed.append(f"entry point {key}")
         elif patched["entry_points"][key] != value:
-            changed.append({"symbol": f"entry point {key}", "why": f"{value} -> {patched['entry_points'][key]}"})
+            changed.append(
+                {"symbol": f"entry point {key}", "why": f"{value} -> {patched['entry_points'][key]}"}
+            )
     added += [f"entry point {k}" for k in patched["entry_points"] if k not in stock["entry_points"]]
     n_symbols = sum(len(v) for v in stock["modules"].values())
     return {

@@ -10,33 +10,59 @@ from overlay.cli.common import resolve_root
 from overlay.cli.output import emit_json, reporter_for
 from overlay.schemas.documents import Provenance as ProvenanceDoc
 
-HELP = "apply the series strictly and build the patched wheel of every pinned artifact; prints the wheel paths"
+HELP = (
+    "apply the series strictly and build the patched wheel of every pinned artifact; prints the wheel paths"
+)
 EXAMPLE = "overlay apply mlx-lm --upto 2"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("apply", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "apply",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
     p.add_argument("--out", type=Path, help="folder for the wheel (default: build/wheels/ENGINE)")
     p.add_argument("--upto", type=int, metavar="N", help="apply only the first N patches")
-    p.add_argument("--source", choices=("pypi", "git"), default="pypi",
-                   help="upstream tree: the pinned release artifact (default) or a git checkout at the pinned commit")
+    p.add_argument(
+        "--source",
+        choices=("pypi", "git"),
+        default="pypi",
+        help="upstream tree: the pinned release artifact (default) or a git checkout at the pinned commit",
+    )
     p.add_argument("--git-url", help="git URL or local path for --source git (default: upstream.git)")
     p.add_argument("--commit", help="commit for --source git (default: upstream.commit)")
-    p.add_argument("--artifact", metavar="FILENAME",
-                   help="patch only this pinned artifact (default: every pinned wheel, the primary one printed last); "
-                        "`primary` names the first wheel")
-    p.add_argument("--prune", action="store_true",
-                   help="delete the older builds of the distribution from the output folder (default: list them)")
-    p.add_argument("--prebuilt", action="store_true",
-                   help="also compile the engine's native parts from the patched tree (manifest [prebuilt]) into the wheel")
-    p.add_argument("--prebuilt-python", type=Path, metavar="PYTHON",
-                   help="interpreter for the prebuilt step (one with the engine's build deps, e.g. CUDA torch)")
+    p.add_argument(
+        "--artifact",
+        metavar="FILENAME",
+        help="patch only this pinned artifact (default: every pinned wheel, the primary one printed last); "
+        "`primary` names the first wheel",
+    )
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete the older builds of the distribution from the output folder (default: list them)",
+    )
+    p.add_argument(
+        "--prebuilt",
+        action="store_true",
+        help="also compile the engine's native parts from the patched tree (manifest [prebuilt]) into the wheel",
+    )
+    p.add_argument(
+        "--prebuilt-python",
+        type=Path,
+        metavar="PYTHON",
+        help="interpreter for the prebuilt step (one with the engine's build deps, e.g. CUDA torch)",
+    )
     p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument("--allow-unlinted", action="store_true",
-                   help="build even if the series fails lint's static checks (trailers, numbering); overlay.json "
-                        "records the problems")
+    p.add_argument(
+        "--allow-unlinted",
+        action="store_true",
+        help="build even if the series fails lint's static checks (trailers, numbering); overlay.json "
+        "records the problems",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(execute=execute)
 
@@ -63,8 +89,15 @@ def execute(args: argparse.Namespace) -> int:
         reporter=reporter_for(args),
     )
     if args.json:
-        emit_json({"version": 1, "wheel": str(result.wheel), "wheel_version": result.version,
-                   "patches": [p.name for p in result.patches], "provenance": result.provenance})
+        emit_json(
+            {
+                "version": 1,
+                "wheel": str(result.wheel),
+                "wheel_version": result.version,
+                "patches": [p.name for p in result.patches],
+                "provenance": result.provenance,
+            }
+        )
     else:
         print(result.wheel)
     return 0
@@ -73,15 +106,32 @@ def execute(args: argparse.Namespace) -> int:
 def _apply_all(args: argparse.Namespace, root: Path) -> int:
     from overlay.deploy.artifacts import apply_all
 
-    every = apply_all(root=root, engine=args.engine, out_dir=args.out.resolve() if args.out else None, upto=args.upto,
-                      offline=args.offline, allow_unlinted=args.allow_unlinted, prune_stale=args.prune,
-                      reporter=reporter_for(args))
+    every = apply_all(
+        root=root,
+        engine=args.engine,
+        out_dir=args.out.resolve() if args.out else None,
+        upto=args.upto,
+        offline=args.offline,
+        allow_unlinted=args.allow_unlinted,
+        prune_stale=args.prune,
+        reporter=reporter_for(args),
+    )
     result = every.primary
     if args.json:
-        emit_json({"version": 1, "wheel": str(result.wheel), "wheel_version": result.version,
-                   "patches": [p.name for p in result.patches], "provenance": result.provenance,
-                   "wheels": [{"wheel": str(r.wheel), "artifact": _artifact_name(r.provenance)} for r in every.results],
-                   "stale": [str(w.path) for w in every.stale], "pruned": [str(p) for p in every.pruned]})
+        emit_json(
+            {
+                "version": 1,
+                "wheel": str(result.wheel),
+                "wheel_version": result.version,
+                "patches": [p.name for p in result.patches],
+                "provenance": result.provenance,
+                "wheels": [
+                    {"wheel": str(r.wheel), "artifact": _artifact_name(r.provenance)} for r in every.results
+                ],
+                "stale": [str(w.path) for w in every.stale],
+                "pruned": [str(p) for p in every.pruned],
+            }
+        )
     else:
         for built in every.results:
             print(built.wheel)

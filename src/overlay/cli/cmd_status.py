@@ -15,9 +15,13 @@ EXAMPLE = "overlay status --python /opt/venv/bin/python"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser("status", help=HELP, description=f"{HELP}.\n\nexample: {EXAMPLE}\n\nExit 0 whatever is "
-                       "installed; 5 when an installed engine's files differ from RECORD (or the pin).",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "status",
+        help=HELP,
+        description=f"{HELP}.\n\nexample: {EXAMPLE}\n\nExit 0 whatever is "
+        "installed; 5 when an installed engine's files differ from RECORD (or the pin).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_python(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(execute=execute)
@@ -31,17 +35,30 @@ def execute(args: argparse.Namespace) -> int:
     records = []
     for row in rows:
         inst = row.installed
-        rec: dict[str, Any] = {"engine": row.engine, "installed": inst is not None, "current": row.current_version}
+        rec: dict[str, Any] = {
+            "engine": row.engine,
+            "installed": inst is not None,
+            "current": row.current_version,
+        }
         if inst is not None:
             prov = inst.provenance or {}
             series = prov.get("series") or {}
-            rec.update({"distribution": inst.distribution, "version": inst.version, "kind": inst.kind,
-                        "location": str(inst.location), "series_sha256": series.get("sha256"),
-                        "patches": len(series.get("patches") or []) if prov else 0,
-                        "up_to_date": inst.kind == "patched" and inst.version == row.current_version,
-                        "files_ok": inst.files_ok, "pin_checked": inst.pin_checked,
-                        "problems": list(inst.record_problems + inst.pin_problems), "shadowed": list(inst.shadowed),
-                        "note": row.note})
+            rec.update(
+                {
+                    "distribution": inst.distribution,
+                    "version": inst.version,
+                    "kind": inst.kind,
+                    "location": str(inst.location),
+                    "series_sha256": series.get("sha256"),
+                    "patches": len(series.get("patches") or []) if prov else 0,
+                    "up_to_date": inst.kind == "patched" and inst.version == row.current_version,
+                    "files_ok": inst.files_ok,
+                    "pin_checked": inst.pin_checked,
+                    "problems": list(inst.record_problems + inst.pin_problems),
+                    "shadowed": list(inst.shadowed),
+                    "note": row.note,
+                }
+            )
         records.append(rec)
     bad = any(r.get("installed") and not r["files_ok"] for r in records)
     if args.json:
@@ -55,9 +72,15 @@ def execute(args: argparse.Namespace) -> int:
             state = r["kind"]
             if r["kind"] == "patched":
                 state += f", {r['patches']} patches, series {str(r['series_sha256'])[:12]}, " + (
-                    "current" if r["up_to_date"] else f"not the current build ({r['current']})")
-            files = "files match RECORD" + (" and the pin" if r["pin_checked"] else "") if r["files_ok"] else \
-                f"{len(r['problems'])} files differ: " + "; ".join(r["problems"][:3])
-            print(f"{r['engine']}: {r['distribution']} {r['version']} ({state}); {files}; {r['location']}"
-                  + (f"; {r['note']}" if r["note"] else ""))
+                    "current" if r["up_to_date"] else f"not the current build ({r['current']})"
+                )
+            files = (
+                "files match RECORD" + (" and the pin" if r["pin_checked"] else "")
+                if r["files_ok"]
+                else f"{len(r['problems'])} files differ: " + "; ".join(r["problems"][:3])
+            )
+            print(
+                f"{r['engine']}: {r['distribution']} {r['version']} ({state}); {files}; {r['location']}"
+                + (f"; {r['note']}" if r["note"] else "")
+            )
     return 5 if bad else 0

@@ -29,8 +29,20 @@ def _optional_commands() -> list[ModuleType]:
     import importlib
 
     mods = []
-    for name in ("cmd_init", "cmd_checkout", "cmd_refresh", "cmd_rebase", "cmd_review", "cmd_pin", "cmd_check", "cmd_models",
-                 "cmd_publish", "cmd_install", "cmd_revert", "cmd_status"):
+    for name in (
+        "cmd_init",
+        "cmd_checkout",
+        "cmd_refresh",
+        "cmd_rebase",
+        "cmd_review",
+        "cmd_pin",
+        "cmd_check",
+        "cmd_models",
+        "cmd_publish",
+        "cmd_install",
+        "cmd_revert",
+        "cmd_status",
+    ):
         try:
             mods.append(importlib.import_module(f"overlay.cli.{name}"))
         except ModuleNotFoundError as exc:
@@ -45,11 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pinned, strictly applied performance patch series for LLM serving engines, built into drop-in wheels.",
     )
     parser.add_argument("--version", action="version", version=f"overlay {__version__}")
-    parser.add_argument("--root", type=Path, help="the overlay repository (default: nearest folder above with overlays/)")
+    parser.add_argument(
+        "--root", type=Path, help="the overlay repository (default: nearest folder above with overlays/)"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
-                        help="no progress lines")
-    parser.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, help="stream the output of long steps (pip, venvs, builds, compiles) as they run")
+    parser.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0, help="no progress lines"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=1,
+        help="stream the output of long steps (pip, venvs, builds, compiles) as they run",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in command_modules():
         mod.configure_parser(sub)
@@ -98,8 +120,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return print_error(exc, debug=args.debug)
     except KeyboardInterrupt:
         # publishing steps (refresh, rebase, checkout, apply) roll back what they had begun when interrupted
-        print("ERROR interrupted; every file is either as it was or fully updated (a publish under way is rolled "
-              "back; scratch files are removed on the next run)", file=sys.stderr)
+        print(
+            "ERROR interrupted; every file is either as it was or fully updated (a publish under way is rolled "
+            "back; scratch files are removed on the next run)",
+            file=sys.stderr,
+        )
         print("TIP run the command again", file=sys.stderr)
         return 130
     except BrokenPipeError:

@@ -102,7 +102,9 @@ def apply_engine(
     unlinted = lint_gate(root, manifest, series, patches, allow_unlinted=allow_unlinted)
     out_what = "--out" if out_dir else "the output folder"
     out_dir = out_dir or default_out_dir(root, engine)
-    check_out_dir(out_dir, what=out_what)  # before the work: a read-only --out, or one that is a file, fails now
+    check_out_dir(
+        out_dir, what=out_what
+    )  # before the work: a read-only --out, or one that is a file, fails now
     zip_date_time()  # and so does a SOURCE_DATE_EPOCH that is not a number (before python -m build sees it)
     if prebuilt and manifest.prebuilt is None:
         raise UsageError(f"{manifest.path.name} has no [prebuilt] table: {engine} has nothing to precompile")
@@ -120,8 +122,10 @@ def apply_engine(
             source_info: ArtifactSource | GitSource = {"kind": "artifact", "filename": artifact.filename}
             prov_artifact = artifact
         elif source == "git":
-            url = gitops.check_url(git_url or manifest.upstream.git,
-                                   what="--git-url" if git_url else f"{manifest.path.name}: upstream.git")
+            url = gitops.check_url(
+                git_url or manifest.upstream.git,
+                what="--git-url" if git_url else f"{manifest.path.name}: upstream.git",
+            )
             rev = commit or manifest.upstream.commit
             if not rev:
                 raise UsageError(
@@ -136,9 +140,13 @@ def apply_engine(
         prebuilt_info = None
         if prebuilt:
             assert manifest.prebuilt is not None
-            prebuilt_info = run_prebuilt(root, manifest, contents, scratch, python=prebuilt_python, reporter=reporter)
+            prebuilt_info = run_prebuilt(
+                root, manifest, contents, scratch, python=prebuilt_python, reporter=reporter
+            )
         version = local_version(manifest, patches, root=root)
-        provenance = build_provenance(manifest, patches, artifact=prov_artifact, source=source_info, root=root)
+        provenance = build_provenance(
+            manifest, patches, artifact=prov_artifact, source=source_info, root=root
+        )
         if prebuilt_info is not None:
             provenance["prebuilt"] = prebuilt_info
         if unlinted:
@@ -147,7 +155,9 @@ def apply_engine(
                 "problems": [{"patch": p.patch, "kind": p.kind, "message": p.message} for p in unlinted],
             }
         if streamed is not None:
-            built = _streamed_wheel(manifest, streamed, patches, version, dumps(provenance), scratch / "out", reporter)
+            built = _streamed_wheel(
+                manifest, streamed, patches, version, dumps(provenance), scratch / "out", reporter
+            )
         else:
             contents = set_version(contents, version)
             contents.tree.write(f"{contents.dist_info}/{PROVENANCE_FILE}", dumps(provenance))
@@ -161,7 +171,13 @@ def apply_engine(
             raise UsageError(f"cannot write {final}: {exc.strerror or exc}", tip=_OUT_TIP) from None
     atomic_write_json(
         layout(root).state / f"{engine}.json",
-        {"version": 1, "wheel": str(final), "wheel_version": version, "patches": len(patches), "time": int(time.time())},
+        {
+            "version": 1,
+            "wheel": str(final),
+            "wheel_version": version,
+            "patches": len(patches),
+            "time": int(time.time()),
+        },
     )
     reporter.step("wheel", f"{final} ({len(patches)} patches)")
     return BuildResult(wheel=final, version=version, patches=patches, provenance=provenance)
@@ -204,16 +220,26 @@ def select_artifact(manifest: Manifest, filename: str | None) -> Artifact:
     )
 
 
-def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratch: Path, *, python: Path | None,
-                 reporter: Reporter) -> dict[str, Any]:
+def run_prebuilt(
+    root: Path,
+    manifest: Manifest,
+    contents: WheelContents,
+    scratch: Path,
+    *,
+    python: Path | None,
+    reporter: Reporter,
+) -> dict[str, Any]:
     """Run the manifest's [prebuilt] command on the patched tree; add what it writes to the wheel and retag it."""
     import json
 
     assert manifest.prebuilt is not None
     py = str(python or sys.executable)
     try:
-        probe = subprocess.run([py, "-c", "import sys; print(f'{sys.version_info[0]}{sys.version_info[1]}')"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [py, "-c", "import sys; print(f'{sys.version_info[0]}{sys.version_info[1]}')"],
+            capture_output=True,
+            text=True,
+        )
     except OSError as exc:
         raise UsageError(f"--prebuilt-python {py} cannot be run: {exc}") from None
     if probe.returncode != 0:
@@ -227,12 +253,16 @@ def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratc
         target.write_bytes(data)
     values = {"python": py, "tree": str(tree_dir), "out": str(out), "info": str(info), "root": str(root)}
     command = [part.format(**values) for part in manifest.prebuilt.command]
-    proc = run_step(command, reporter=reporter, stage="build", what=f"prebuilt: {' '.join(command)}", cwd=root)
+    proc = run_step(
+        command, reporter=reporter, stage="build", what=f"prebuilt: {' '.join(command)}", cwd=root
+    )
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout).strip()[-2500:]
         cls = UsageError if proc.returncode == 2 else ExternalCommandError
-        raise cls(f"the prebuilt step of {manifest.name} failed (exit {proc.returncode}): {err}",
-                  tip=manifest.prebuilt.description or "see the engine's docs page for what the build needs")
+        raise cls(
+            f"the prebuilt step of {manifest.name} failed (exit {proc.returncode}): {err}",
+            tip=manifest.prebuilt.description or "see the engine's docs page for what the build needs",
+        )
     added: list[dict[str, Any]] = []
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = str(safe_relpath(path.relative_to(out).as_posix(), what="prebuilt output"))
@@ -247,13 +277,19 @@ def run_prebuilt(root: Path, manifest: Manifest, contents: WheelContents, scratc
         try:
             details = json.loads(info.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ExternalCommandError(f"the prebuilt step of {manifest.name} wrote an unreadable {info.name}: {exc}",
-                                       tip="fix the [prebuilt] command so that it writes JSON (or nothing)") from None
-    reporter.step("build", f"prebuilt: added {', '.join(str(a['path']) for a in added)}; tag {contents.name.tags}")
+            raise ExternalCommandError(
+                f"the prebuilt step of {manifest.name} wrote an unreadable {info.name}: {exc}",
+                tip="fix the [prebuilt] command so that it writes JSON (or nothing)",
+            ) from None
+    reporter.step(
+        "build", f"prebuilt: added {', '.join(str(a['path']) for a in added)}; tag {contents.name.tags}"
+    )
     return {"tag": contents.name.tags, "files": added, "details": details}
 
 
-def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: Reporter, *, package_root: str) -> None:
+def _apply(
+    tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: Reporter, *, package_root: str
+) -> None:
     for index, patch in enumerate(patches, start=1):
         reporter.step("apply", f"[{index}/{len(patches)}] {patch.name}")
         try:
@@ -266,8 +302,15 @@ def _apply(tree: Any, manifest: Manifest, patches: tuple[Patch, ...], reporter: 
             ) from None
 
 
-def _streamed_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], version: str, provenance: bytes,
-                    out: Path, reporter: Reporter) -> Path:
+def _streamed_wheel(
+    manifest: Manifest,
+    path: Path,
+    patches: tuple[Patch, ...],
+    version: str,
+    provenance: bytes,
+    out: Path,
+    reporter: Reporter,
+) -> Path:
     """The patched wheel written member by member (unchanged members' compressed bytes copied)."""
     from overlay.core.streamwheel import stream_patched_wheel
     from overlay.core.wheels import WheelName
@@ -277,11 +320,19 @@ def _streamed_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], 
         reporter.step("wheel", f"writing {WheelName.parse(path.name).filename(version)}")
 
     reporter.step("unpack", f"reading {path.name}")
-    return stream_patched_wheel(path, policy=member_policy(manifest), version=version,
-                                extra={PROVENANCE_FILE: provenance}, out_dir=out, apply=apply)
+    return stream_patched_wheel(
+        path,
+        policy=member_policy(manifest),
+        version=version,
+        extra={PROVENANCE_FILE: provenance},
+        out_dir=out,
+        apply=apply,
+    )
 
 
-def _patched_from_wheel(manifest: Manifest, path: Path, patches: tuple[Patch, ...], reporter: Reporter) -> WheelContents:
+def _patched_from_wheel(
+    manifest: Manifest, path: Path, patches: tuple[Patch, ...], reporter: Reporter
+) -> WheelContents:
     reporter.step("unpack", f"reading {path.name}")
     contents = read_wheel(path, policy=member_policy(manifest))
     _apply(contents.tree, manifest, patches, reporter, package_root=manifest.upstream.package_root)
@@ -298,7 +349,9 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
             tops = {safe_relpath(m.name, what=f"{archive.name}: archive member").parts[0] for m in members}
             tf.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise IntegrityError(f"{archive} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
+        raise IntegrityError(
+            f"{archive} is corrupt or truncated: {exc}", tip="delete it and fetch again"
+        ) from None
     if len(tops) != 1:
         raise IntegrityError(f"{archive.name}: expected one top-level folder, found {sorted(tops)}")
     return dest / tops.pop()
@@ -309,7 +362,9 @@ def build_wheel_from_tree(src: Path, out: Path, reporter: Reporter) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     proc = run_step(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)],
-        reporter=reporter, stage="build", what=f"python -m build --wheel {src.name}",
+        reporter=reporter,
+        stage="build",
+        what=f"python -m build --wheel {src.name}",
         env={**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")},
     )
     if proc.returncode != 0:
@@ -319,7 +374,9 @@ def build_wheel_from_tree(src: Path, out: Path, reporter: Reporter) -> Path:
         )
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
-        raise ExternalCommandError(f"`python -m build` produced {[w.name for w in wheels]} instead of one wheel")
+        raise ExternalCommandError(
+            f"`python -m build` produced {[w.name for w in wheels]} instead of one wheel"
+        )
     return wheels[0]
 
 
@@ -339,7 +396,9 @@ def _patched_from_sdist(
     top = safe_extract_tar(path, scratch / "sdist")
     # An sdist's root is the package root of the git repository.
     _apply(DirTree(top), manifest, patches, reporter, package_root=manifest.upstream.package_root)
-    contents = read_wheel(build_wheel_from_tree(top, scratch / "dist", reporter), policy=member_policy(manifest))
+    contents = read_wheel(
+        build_wheel_from_tree(top, scratch / "dist", reporter), policy=member_policy(manifest)
+    )
     _check_built_version(manifest, contents, path.name)
     return contents
 
@@ -349,7 +408,13 @@ def git_mirror_path(root: Path, url: str) -> Path:
 
 
 def _patched_from_git(
-    root: Path, manifest: Manifest, url: str, commit: str, patches: tuple[Patch, ...], scratch: Path, reporter: Reporter
+    root: Path,
+    manifest: Manifest,
+    url: str,
+    commit: str,
+    patches: tuple[Patch, ...],
+    scratch: Path,
+    reporter: Reporter,
 ) -> WheelContents:
     if "://" not in url and not url.startswith("git@"):
         local = Path(url).expanduser()
@@ -363,8 +428,14 @@ def _patched_from_git(
     checkout = scratch / "git"
     gitops.checkout_tree(mirror, commit, checkout)
     _apply(DirTree(checkout), manifest, patches, reporter, package_root="")
-    pkg = checkout / PurePosixPath(manifest.upstream.package_root) if manifest.upstream.package_root else checkout
-    contents = read_wheel(build_wheel_from_tree(pkg, scratch / "dist", reporter), policy=member_policy(manifest))
+    pkg = (
+        checkout / PurePosixPath(manifest.upstream.package_root)
+        if manifest.upstream.package_root
+        else checkout
+    )
+    contents = read_wheel(
+        build_wheel_from_tree(pkg, scratch / "dist", reporter), policy=member_policy(manifest)
+    )
     _check_built_version(manifest, contents, f"{url}@{commit[:12]}")
     return contents
 
@@ -386,7 +457,9 @@ def check_git_tree(mirror: Path, commit: str, package_root: str, *, where: str) 
     check_members(members, where=where)
 
 
-def patched_tree(root: Path, manifest: Manifest, patches: tuple[Patch, ...], *, offline: bool = False) -> MemoryTree:
+def patched_tree(
+    root: Path, manifest: Manifest, patches: tuple[Patch, ...], *, offline: bool = False
+) -> MemoryTree:
     """The pinned wheel's files with ``patches`` applied (wheel layout), in memory. Used by lint and review."""
     path = fetch_artifact(root, manifest, manifest.upstream.primary, offline=offline)
     if not manifest.upstream.primary.is_wheel:

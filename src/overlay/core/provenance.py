@@ -29,8 +29,9 @@ SCHEMA_VERSION: Literal[1] = 1
 def local_version(manifest: Manifest, patches: Sequence[Patch], *, root: Path | None = None) -> str:
     """``UPSTREAM+LABEL.ORDER.N.gHASH8`` (DESIGN; ORDER: overlay.core.versions, with the series' git history when
     ``root`` is given)."""
-    return ordered_local_version(manifest.upstream.version, manifest.series.label, patches,
-                                 order=_order(manifest, patches, root))
+    return ordered_local_version(
+        manifest.upstream.version, manifest.series.label, patches, order=_order(manifest, patches, root)
+    )
 
 
 def _order(manifest: Manifest, patches: Sequence[Patch], root: Path | None) -> int:
@@ -53,7 +54,9 @@ def build_provenance(
             "distribution": manifest.distribution,
             "version": manifest.upstream.version,
             "commit": source["commit"] if source["kind"] == "git" else manifest.upstream.commit,
-            "artifact": None if artifact is None else {"filename": artifact.filename, "sha256": artifact.sha256},
+            "artifact": None
+            if artifact is None
+            else {"filename": artifact.filename, "sha256": artifact.sha256},
         },
         "source": source,
         "series": {
@@ -105,18 +108,32 @@ def validate(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data["tool"], dict) or not isinstance(data["engine"], str):
         raise IntegrityError(f"{where}: overlay.json: 'tool' must be an object and 'engine' a string")
     up = data["upstream"]
-    if not isinstance(up, dict) or not isinstance(up.get("version"), str) or not isinstance(up.get("distribution"), str):
+    if (
+        not isinstance(up, dict)
+        or not isinstance(up.get("version"), str)
+        or not isinstance(up.get("distribution"), str)
+    ):
         raise IntegrityError(f"{where}: overlay.json: 'upstream' needs string 'distribution' and 'version'")
     series = data["series"]
-    if not isinstance(series, dict) or not isinstance(series.get("sha256"), str) or not _HEX64.match(series["sha256"]):
+    if (
+        not isinstance(series, dict)
+        or not isinstance(series.get("sha256"), str)
+        or not _HEX64.match(series["sha256"])
+    ):
         raise IntegrityError(f"{where}: overlay.json: series.sha256 is not 64 lower-case hex digits")
     patches = series.get("patches")
     if not isinstance(patches, list):
         raise IntegrityError(f"{where}: overlay.json: series.patches is not a list")
     for i, p in enumerate(patches):
-        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("sha256"), str)
-                and _HEX64.match(p["sha256"])):
-            raise IntegrityError(f"{where}: overlay.json: series.patches[{i}] needs a 'name' and a 64-hex 'sha256'")
+        if not (
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and isinstance(p.get("sha256"), str)
+            and _HEX64.match(p["sha256"])
+        ):
+            raise IntegrityError(
+                f"{where}: overlay.json: series.patches[{i}] needs a 'name' and a 64-hex 'sha256'"
+            )
     if "lint" in data and not isinstance(data["lint"], dict):
         raise IntegrityError(f"{where}: overlay.json: 'lint' must be an object")
     return data
@@ -128,7 +145,9 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
     try:
         v = Version(version)
     except (InvalidVersion, ValueError):
-        raise IntegrityError(f"{where}: version {version!r} is not a PEP 440 version", tip=_FORGED_TIP) from None
+        raise IntegrityError(
+            f"{where}: version {version!r} is not a PEP 440 version", tip=_FORGED_TIP
+        ) from None
     m = _LOCAL.match(v.local or "")
     if m is None:
         raise IntegrityError(
@@ -141,17 +160,23 @@ def check_label(data: dict[str, Any], version: str, where: str) -> None:
     except (InvalidVersion, ValueError, TypeError):
         same_upstream = False
     if not same_upstream:
-        raise IntegrityError(f"{where}: version {version} is built on {v.public}, overlay.json says upstream {upstream}",
-                             tip=_FORGED_TIP)
+        raise IntegrityError(
+            f"{where}: version {version} is built on {v.public}, overlay.json says upstream {upstream}",
+            tip=_FORGED_TIP,
+        )
     listed = len(data["series"]["patches"])
     if int(m["n"]) != listed:
         raise IntegrityError(
-            f"{where}: version {version} says {int(m['n'])} patches, overlay.json lists {listed}", tip=_FORGED_TIP
+            f"{where}: version {version} says {int(m['n'])} patches, overlay.json lists {listed}",
+            tip=_FORGED_TIP,
         )
     order = data["series"].get("order")
     if m["order"] is not None and order is not None and int(m["order"]) != order:
-        raise IntegrityError(f"{where}: version {version} says order {int(m['order'])}, overlay.json says series.order "
-                             f"{order}", tip=_FORGED_TIP)
+        raise IntegrityError(
+            f"{where}: version {version} says order {int(m['order'])}, overlay.json says series.order "
+            f"{order}",
+            tip=_FORGED_TIP,
+        )
     if data["series"]["sha256"][:8] != m["hash"]:
         raise IntegrityError(
             f"{where}: version {version} says series hash g{m['hash']}, overlay.json says series.sha256 "
@@ -167,7 +192,9 @@ def read_from_wheel(path: Path) -> Provenance:
     from overlay.core.wheels import read_wheel
 
     if not path.is_file():
-        raise UsageError(f"{path} does not exist (or is not a file)", tip="pass a .whl path or an installed distribution")
+        raise UsageError(
+            f"{path} does not exist (or is not a file)", tip="pass a .whl path or an installed distribution"
+        )
     contents = read_wheel(path, policy=MemberPolicy.of(ALLOWANCES))  # RECORD verified here
     raw = contents.tree.read(f"{contents.dist_info}/{PROVENANCE_FILE}")
     if raw is None:
@@ -180,8 +207,9 @@ def read_from_wheel(path: Path) -> Provenance:
     version = str(contents.name.version)
     meta_version = contents.metadata_field("Version")
     if meta_version is None or Version(meta_version) != contents.name.version:
-        raise IntegrityError(f"{path}: METADATA says Version: {meta_version}, the file name says {version}",
-                             tip=_FORGED_TIP)
+        raise IntegrityError(
+            f"{path}: METADATA says Version: {meta_version}, the file name says {version}", tip=_FORGED_TIP
+        )
     check_label(data, version, str(path))
     return Provenance(data=data, where=str(path), version=version, checked=("RECORD", "label"))
 
@@ -221,8 +249,12 @@ def read_from_installed(distribution: str, *, path: Sequence[str] | None = None)
     verify_installed_record(dist, where)
     check_label(data, dist.version, where)
     location = getattr(dist, "_path", "?")
-    return Provenance(data=data, where=f"installed: {distribution} {dist.version} ({location})", version=dist.version,
-                      checked=("RECORD", "label"))
+    return Provenance(
+        data=data,
+        where=f"installed: {distribution} {dist.version} ({location})",
+        version=dist.version,
+        checked=("RECORD", "label"),
+    )
 
 
 def verify_installed_record(dist: importlib_metadata.Distribution, where: str) -> None:
@@ -234,7 +266,9 @@ def verify_installed_record(dist: importlib_metadata.Distribution, where: str) -
     files = dist.files
     tip = "the installed files were changed after installation: reinstall the wheel (`pip install --force-reinstall`)"
     if files is None:
-        raise IntegrityError(f"{where}: the distribution has no RECORD; its files cannot be verified", tip=tip)
+        raise IntegrityError(
+            f"{where}: the distribution has no RECORD; its files cannot be verified", tip=tip
+        )
     hashed_provenance = False
     for entry in files:
         name = entry.as_posix()
@@ -246,19 +280,27 @@ def verify_installed_record(dist: importlib_metadata.Distribution, where: str) -
         try:
             data = located.read_bytes()
         except OSError:
-            raise IntegrityError(f"{where}: RECORD lists {name!r}, which is not on disk at {located}", tip=tip) from None
+            raise IntegrityError(
+                f"{where}: RECORD lists {name!r}, which is not on disk at {located}", tip=tip
+            ) from None
         algo = entry.hash.mode
         if algo not in ("sha256", "sha384", "sha512"):
-            raise IntegrityError(f"{where}: RECORD hashes {name!r} with {algo!r}; only sha256 or stronger is accepted",
-                                 tip=tip)
+            raise IntegrityError(
+                f"{where}: RECORD hashes {name!r} with {algo!r}; only sha256 or stronger is accepted", tip=tip
+            )
         actual = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode("ascii")
         if actual != entry.hash.value.rstrip("="):
-            raise IntegrityError(f"{where}: {name!r} does not match its RECORD hash ({algo}={entry.hash.value}, "
-                                 f"the file has {algo}={actual})", tip=tip)
+            raise IntegrityError(
+                f"{where}: {name!r} does not match its RECORD hash ({algo}={entry.hash.value}, "
+                f"the file has {algo}={actual})",
+                tip=tip,
+            )
         if entry.size is not None and entry.size != len(data):
             raise IntegrityError(f"{where}: {name!r} is {len(data)} bytes, RECORD says {entry.size}", tip=tip)
     if not hashed_provenance:
-        raise IntegrityError(f"{where}: {PROVENANCE_FILE} is not listed in RECORD with a hash", tip=_FORGED_TIP)
+        raise IntegrityError(
+            f"{where}: {PROVENANCE_FILE} is not listed in RECORD with a hash", tip=_FORGED_TIP
+        )
 
 
 def verify_against_root(prov: Provenance, root: Path) -> Provenance:
@@ -274,18 +316,26 @@ def verify_against_root(prov: Provenance, root: Path) -> Provenance:
     series_dir = manifest.series_dir(root)
     series = parse_series_file(series_dir / "series", root=root)
     rel_dir = series_dir.relative_to(root) if series_dir.is_relative_to(root) else series_dir
-    tip = (f"the wheel was not built from this checkout's {rel_dir}: rebuild it (`overlay apply {manifest.name}`), "
-           "or verify against the checkout it was built from (--root DIR)")
+    tip = (
+        f"the wheel was not built from this checkout's {rel_dir}: rebuild it (`overlay apply {manifest.name}`), "
+        "or verify against the checkout it was built from (--root DIR)"
+    )
     up = data["upstream"]
     if up["version"] != manifest.upstream.version:
-        raise IntegrityError(f"{prov.where}: built on {manifest.name} {up['version']}, {manifest.path.name} pins "
-                             f"{manifest.upstream.version}", tip=tip)
+        raise IntegrityError(
+            f"{prov.where}: built on {manifest.name} {up['version']}, {manifest.path.name} pins "
+            f"{manifest.upstream.version}",
+            tip=tip,
+        )
     art = up.get("artifact")
     if isinstance(art, dict):
         pinned = {a.filename: a.sha256 for a in manifest.upstream.artifacts}
         if pinned.get(str(art.get("filename"))) != art.get("sha256"):
-            raise IntegrityError(f"{prov.where}: upstream artifact {art.get('filename')} sha256={art.get('sha256')} is "
-                                 f"not pinned in {manifest.path.name}", tip=tip)
+            raise IntegrityError(
+                f"{prov.where}: upstream artifact {art.get('filename')} sha256={art.get('sha256')} is "
+                f"not pinned in {manifest.path.name}",
+                tip=tip,
+            )
     digest = hashlib.sha256()
     for index, entry in enumerate(data["series"]["patches"]):
         name = check_name(entry["name"], what="patch name in overlay.json", error=IntegrityError)
@@ -293,20 +343,29 @@ def verify_against_root(prov: Provenance, root: Path) -> Provenance:
         if expected != name:
             raise IntegrityError(
                 f"{prov.where}: patch {index + 1} is {name!r} in overlay.json, but {rel_dir}/series has "
-                f"{expected!r} there", tip=tip)
+                f"{expected!r} there",
+                tip=tip,
+            )
         try:
             raw = read_inside(root, series_dir / name, what="patch file")
         except FileNotFoundError:
-            raise IntegrityError(f"{prov.where}: patch {name} is in overlay.json, but {rel_dir}/{name} does not exist",
-                                 tip=tip) from None
+            raise IntegrityError(
+                f"{prov.where}: patch {name} is in overlay.json, but {rel_dir}/{name} does not exist", tip=tip
+            ) from None
         actual = hashlib.sha256(raw).hexdigest()
         if actual != entry["sha256"]:
-            raise IntegrityError(f"{prov.where}: patch {name} has sha256 {entry['sha256']} in overlay.json, but "
-                                 f"{rel_dir}/{name} has {actual}", tip=tip)
+            raise IntegrityError(
+                f"{prov.where}: patch {name} has sha256 {entry['sha256']} in overlay.json, but "
+                f"{rel_dir}/{name} has {actual}",
+                tip=tip,
+            )
         digest.update(raw)
     if digest.hexdigest() != data["series"]["sha256"]:
-        raise IntegrityError(f"{prov.where}: series.sha256 {data['series']['sha256']} in overlay.json is not the hash of "
-                             f"the patches it lists ({digest.hexdigest()})", tip=_FORGED_TIP)
+        raise IntegrityError(
+            f"{prov.where}: series.sha256 {data['series']['sha256']} in overlay.json is not the hash of "
+            f"the patches it lists ({digest.hexdigest()})",
+            tip=_FORGED_TIP,
+        )
     return Provenance(data=data, where=prov.where, version=prov.version, checked=(*prov.checked, "patches"))
 
 

@@ -84,8 +84,9 @@ class StreamTree:
         return bool(info is not None and (info.external_attr >> 16) & stat.S_IXUSR)
 
 
-def open_verified(path: Path, *, policy: MemberPolicy) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo], str,
-                                                                  dict[str, tuple[str, str]]]:
+def open_verified(
+    path: Path, *, policy: MemberPolicy
+) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo], str, dict[str, tuple[str, str]]]:
     """Open the wheel and verify it as read_wheel does (policy, one dist-info, every member against RECORD, CRC),
     streaming: returns (zip, {path: info}, dist_info, RECORD rows)."""
     name = WheelName.parse(path.name)
@@ -112,17 +113,25 @@ def open_verified(path: Path, *, policy: MemberPolicy) -> tuple[zipfile.ZipFile,
                 raise IntegrityError(f"{where}: {problem}", tip=tip)
         for rel in sorted(record):
             if rel not in members and not record_exempt(rel, dist_info):
-                raise IntegrityError(f"{where}: RECORD lists {rel!r}, which the archive does not contain", tip=tip)
+                raise IntegrityError(
+                    f"{where}: RECORD lists {rel!r}, which the archive does not contain", tip=tip
+                )
         for required in ("METADATA", "WHEEL"):
             if f"{dist_info}/{required}" not in members:
                 raise IntegrityError(f"{where}: {dist_info} lacks METADATA or WHEEL")
         wheel_text = zf.read(members[f"{dist_info}/WHEEL"]).decode("utf-8")
-        declared = {line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")}
+        declared = {
+            line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")
+        }
         in_name = {str(t) for t in parse_wheel_filename(path.name)[3]}
         if declared and declared != in_name:
-            raise IntegrityError(f"{where}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}")
+            raise IntegrityError(
+                f"{where}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}"
+            )
     except zipfile.BadZipFile as exc:
-        raise IntegrityError(f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again") from None
+        raise IntegrityError(
+            f"{path} is corrupt or truncated: {exc}", tip="delete it and fetch again"
+        ) from None
     except (zlib.error, EOFError) as exc:
         raise IntegrityError(f"{path} is corrupt: {exc}", tip="delete it and fetch again") from None
     return zf, members, dist_info, record
@@ -141,7 +150,11 @@ def _stream_digest(zf: zipfile.ZipFile, info: zipfile.ZipInfo, algo: str) -> tup
 
 
 def _record_mismatch(rel: str, digest: str, size: int, entry: tuple[str, str] | None) -> str | None:
-    if entry is None or "=" not in entry[0] or entry[0].partition("=")[0] not in ("sha256", "sha384", "sha512"):
+    if (
+        entry is None
+        or "=" not in entry[0]
+        or entry[0].partition("=")[0] not in ("sha256", "sha384", "sha512")
+    ):
         return record_problem(rel, b"", entry)  # the entry itself is what is wrong
     if entry[0].rstrip("=") != digest:
         return f"{rel!r} does not match its RECORD hash ({entry[0]}, the file has {digest})"
@@ -150,21 +163,47 @@ def _record_mismatch(rel: str, digest: str, size: int, entry: tuple[str, str] | 
     return None
 
 
-def stream_patched_wheel(path: Path, *, policy: MemberPolicy, apply: Callable[[StreamTree], None], version: str,
-                         extra: dict[str, bytes], out_dir: Path) -> Path:
+def stream_patched_wheel(
+    path: Path,
+    *,
+    policy: MemberPolicy,
+    apply: Callable[[StreamTree], None],
+    version: str,
+    extra: dict[str, bytes],
+    out_dir: Path,
+) -> Path:
     """The pinned wheel ``path``, verified, patched by ``apply`` (given the lazily read tree), with ``version`` and the
     ``extra`` dist-info files, written as a new wheel into ``out_dir``."""
     zf, members, dist_info, record = open_verified(path, policy=policy)
     with zf:
         tree = StreamTree(zf, members)
         apply(tree)
-        return write_patched(zf, members, dist_info, record, tree, name=WheelName.parse(path.name), version=version,
-                             extra=extra, out_dir=out_dir)
+        return write_patched(
+            zf,
+            members,
+            dist_info,
+            record,
+            tree,
+            name=WheelName.parse(path.name),
+            version=version,
+            extra=extra,
+            out_dir=out_dir,
+        )
 
 
-def write_patched(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], dist_info: str,
-                  record: dict[str, tuple[str, str]], tree: StreamTree, *, name: WheelName, version: str,
-                  extra: dict[str, bytes], out_dir: Path, compresslevel: int = 6) -> Path:
+def write_patched(
+    zf: zipfile.ZipFile,
+    members: dict[str, zipfile.ZipInfo],
+    dist_info: str,
+    record: dict[str, tuple[str, str]],
+    tree: StreamTree,
+    *,
+    name: WheelName,
+    version: str,
+    extra: dict[str, bytes],
+    out_dir: Path,
+    compresslevel: int = 6,
+) -> Path:
     """Write the patched wheel (``tree``'s changes, the version set, ``extra`` files added to the dist-info)."""
     dist, _, old_version = dist_info[: -len(".dist-info")].rpartition("-")
     new_info = f"{dist}-{version}.dist-info"
@@ -193,11 +232,14 @@ def write_patched(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], dist
         final[path] = _Member(path, None, data, False, record_hash(data), len(data))
     record_path = f"{new_info}/RECORD"
     order = member_order([p for p in final if p != record_path], new_info)
-    rows = "".join(_csv_row(p, final[p].record, str(final[p].size)) for p in order[:-1]) + _csv_row(record_path, "", "")
+    rows = "".join(_csv_row(p, final[p].record, str(final[p].size)) for p in order[:-1]) + _csv_row(
+        record_path, "", ""
+    )
     data = rows.encode("utf-8")
     final[record_path] = _Member(record_path, None, data, False, "", len(data))
-    out_name = WheelName(distribution=name.distribution, version=Version(version), build=name.build,
-                         tags=name.tags).filename()
+    out_name = WheelName(
+        distribution=name.distribution, version=Version(version), build=name.build, tags=name.tags
+    ).filename()
     tmp = out_dir / f".{out_name}.part"
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(tmp, "wb") as out, open(zf.filename or "", "rb") as src:
@@ -227,7 +269,9 @@ def _write_zip(out: BinaryIO, src: BinaryIO, members: list[tuple[str, _Member]],
             assert m.info is not None
             method, crc, usize = m.info.compress_type, m.info.CRC, m.info.file_size
             if m.info.flag_bits & 0x1 or method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise IntegrityError(f"{m.name}: encrypted or compressed with method {method}; cannot be copied")
+                raise IntegrityError(
+                    f"{m.name}: encrypted or compressed with method {method}; cannot be copied"
+                )
             payload = None
             csize = m.info.compress_size
         else:
@@ -237,8 +281,12 @@ def _write_zip(out: BinaryIO, src: BinaryIO, members: list[tuple[str, _Member]],
             csize = len(payload)
         offset = out.tell()
         if offset > 0xFFFFFFFF or csize > 0xFFFFFFFF or usize > 0xFFFFFFFF:
-            raise IntegrityError(f"{path}: the patched wheel would need zip64, which the streaming writer does not do")
-        out.write(_LOCAL.pack(b"PK\x03\x04", 20, flags, method, dos_time, dos_date, crc, csize, usize, len(name), 0))
+            raise IntegrityError(
+                f"{path}: the patched wheel would need zip64, which the streaming writer does not do"
+            )
+        out.write(
+            _LOCAL.pack(b"PK\x03\x04", 20, flags, method, dos_time, dos_date, crc, csize, usize, len(name), 0)
+        )
         out.write(name)
         if payload is None:
             assert m.info is not None
@@ -246,8 +294,28 @@ def _write_zip(out: BinaryIO, src: BinaryIO, members: list[tuple[str, _Member]],
         else:
             out.write(payload)
         mode = (stat.S_IFREG | (0o755 if m.executable else 0o644)) << 16
-        central.append(_CENTRAL.pack(b"PK\x01\x02", (3 << 8) | 20, 20, flags, method, dos_time, dos_date, crc,
-                                     csize, usize, len(name), 0, 0, 0, 0, mode, offset) + name)
+        central.append(
+            _CENTRAL.pack(
+                b"PK\x01\x02",
+                (3 << 8) | 20,
+                20,
+                flags,
+                method,
+                dos_time,
+                dos_date,
+                crc,
+                csize,
+                usize,
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                mode,
+                offset,
+            )
+            + name
+        )
     start = out.tell()
     for entry in central:
         out.write(entry)

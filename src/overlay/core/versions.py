@@ -63,7 +63,9 @@ def history_order(root: Path, series_dir: Path, patches: Sequence[Patch]) -> int
     return int(datetime.fromtimestamp(int(text), tz=UTC).strftime("%Y%m%d%H%M%S"))
 
 
-def series_order(patches: Sequence[Patch], *, root: Path | None = None, series_dir: Path | None = None) -> int:
+def series_order(
+    patches: Sequence[Patch], *, root: Path | None = None, series_dir: Path | None = None
+) -> int:
     """ORDER (module docstring): the patches' dates, and the git history when ``root`` and ``series_dir`` are given."""
     order = order_number(patches)
     if root is not None and series_dir is not None:
@@ -71,7 +73,9 @@ def series_order(patches: Sequence[Patch], *, root: Path | None = None, series_d
     return order
 
 
-def ordered_local_version(upstream: str, label: str, patches: Sequence[Patch], *, order: int | None = None) -> str:
+def ordered_local_version(
+    upstream: str, label: str, patches: Sequence[Patch], *, order: int | None = None
+) -> str:
     """``UPSTREAM+LABEL.ORDER.N.gHASH8`` (module docstring); ``order`` defaults to the patches' dates alone."""
     order = order_number(patches) if order is None else order
     return f"{upstream}+{label}.{order}.{len(patches)}.g{series_hash(list(patches))[:8]}"
@@ -96,7 +100,9 @@ def built_wheels(out_dir: Path, distribution: str) -> list[BuiltWheel]:
         except InvalidWheelFilename:
             continue
         if canonicalize_name(name) == want and path.is_file():
-            found.append(BuiltWheel(path=path, version=version, tags="-".join(path.name[:-4].split("-")[-3:])))
+            found.append(
+                BuiltWheel(path=path, version=version, tags="-".join(path.name[:-4].split("-")[-3:]))
+            )
     return sorted(found, key=lambda w: (w.version, w.tags))
 
 

@@ -55,8 +55,18 @@ def apply_all(
     for index, artifact in enumerate(order, start=1):
         if len(order) > 1:
             reporter.step("wheel", f"[{index}/{len(order)}] {artifact.filename}")
-        results.append(apply_engine(root=root, engine=engine, out_dir=out_dir, upto=upto, offline=offline,
-                                    artifact_name=artifact.filename, allow_unlinted=allow_unlinted, reporter=reporter))
+        results.append(
+            apply_engine(
+                root=root,
+                engine=engine,
+                out_dir=out_dir,
+                upto=upto,
+                offline=offline,
+                artifact_name=artifact.filename,
+                allow_unlinted=allow_unlinted,
+                reporter=reporter,
+            )
+        )
     folder = out_dir or default_out_dir(root, engine)
     stale = stale_wheels(folder, manifest.distribution, [r.wheel for r in results])
     removed: list[Path] = []

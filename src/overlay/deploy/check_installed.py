@@ -29,14 +29,18 @@ def problems(index: dict[str, object]) -> list[str]:
         return [f"{project} is not installed"]
     found: list[str] = []
     if dist.version != want:
-        found.append(f"{project} {dist.version} is installed, not {want} (a stock install kept as 'already "
-                     "satisfied'? install with --force-reinstall)")
+        found.append(
+            f"{project} {dist.version} is installed, not {want} (a stock install kept as 'already "
+            "satisfied'? install with --force-reinstall)"
+        )
     text = dist.read_text("overlay.json")
     if text is None:
         return found + [f"{project} {dist.version} carries no overlay.json: it is the stock distribution"]
     series = json.loads(text).get("series") or {}
     if series.get("sha256") != index.get("series_sha256"):
-        found.append(f"overlay.json names series {series.get('sha256')}, the index {index.get('series_sha256')}")
+        found.append(
+            f"overlay.json names series {series.get('sha256')}, the index {index.get('series_sha256')}"
+        )
     for entry in dist.files or []:
         if entry.hash is None:
             continue
@@ -50,14 +54,18 @@ def problems(index: dict[str, object]) -> list[str]:
             found.append(f"{entry} differs from RECORD")
     name = str(index["import_name"])
     spec = importlib.util.find_spec(name)
-    origin = None if spec is None else (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+    origin = (
+        None if spec is None else (spec.origin or next(iter(spec.submodule_search_locations or []), None))
+    )
     location = Path(str(dist.locate_file(""))).resolve()
     if origin is None or not Path(origin).resolve().is_relative_to(location):
         found.append(f"import {name} resolves to {origin}, not to the installed files in {location}")
     here = Path.cwd() / name
     if here.exists() and not here.resolve().is_relative_to(location):
-        found.append(f"the working directory holds {here}: `python -m {name}...` run from here imports that folder, "
-                     "not the wheel (set WORKDIR elsewhere)")
+        found.append(
+            f"the working directory holds {here}: `python -m {name}...` run from here imports that folder, "
+            "not the wheel (set WORKDIR elsewhere)"
+        )
     return found
 
 
@@ -67,8 +75,10 @@ def main() -> int:
     for line in found:
         print(f"check_installed: {line}", file=sys.stderr)
     if not found:
-        print(f"check_installed: {index['project']} {index['wheel_version']} installed, overlay.json and every file "
-              "match, import resolves to the wheel")
+        print(
+            f"check_installed: {index['project']} {index['wheel_version']} installed, overlay.json and every file "
+            "match, import resolves to the wheel"
+        )
     return 1 if found else 0
 
 

@@ -66,13 +66,19 @@ def probe(python: Path) -> Target:
     code = "import json, sys; print(json.dumps(sys.path))"
     with tempfile.TemporaryDirectory(prefix="overlay-probe-") as empty:
         try:
-            proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=empty, timeout=120)
+            proc = subprocess.run(
+                [str(python), "-c", code], capture_output=True, text=True, cwd=empty, timeout=120
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise UsageError(f"--python {python} cannot be run: {exc}",
-                             tip="pass --python the interpreter of the environment (e.g. /opt/venv/bin/python)") from None
+            raise UsageError(
+                f"--python {python} cannot be run: {exc}",
+                tip="pass --python the interpreter of the environment (e.g. /opt/venv/bin/python)",
+            ) from None
     if proc.returncode != 0:
-        raise UsageError(f"--python {python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}",
-                         tip="pass --python the interpreter of the environment (e.g. /opt/venv/bin/python)")
+        raise UsageError(
+            f"--python {python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}",
+            tip="pass --python the interpreter of the environment (e.g. /opt/venv/bin/python)",
+        )
     try:
         paths = json.loads(proc.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
@@ -82,13 +88,22 @@ def probe(python: Path) -> Target:
 
 def import_origin(target: Target, import_name: str) -> Path | None:
     """Where ``import import_name`` resolves in ``target`` (the package folder), without executing the package."""
-    code = ("import importlib.util, json, sys; s = importlib.util.find_spec(sys.argv[1]); "
-            "print(json.dumps(None if s is None else (s.origin or (list(s.submodule_search_locations or []) or [None])[0])))")
+    code = (
+        "import importlib.util, json, sys; s = importlib.util.find_spec(sys.argv[1]); "
+        "print(json.dumps(None if s is None else (s.origin or (list(s.submodule_search_locations or []) or [None])[0])))"
+    )
     with tempfile.TemporaryDirectory(prefix="overlay-probe-") as empty:
-        proc = subprocess.run([str(target.python), "-c", code, import_name], capture_output=True, text=True, cwd=empty,
-                              timeout=120)
+        proc = subprocess.run(
+            [str(target.python), "-c", code, import_name],
+            capture_output=True,
+            text=True,
+            cwd=empty,
+            timeout=120,
+        )
     if proc.returncode != 0:
-        raise IntegrityError(f"{target.python}: locating `import {import_name}` failed: {proc.stderr.strip()[-300:]}")
+        raise IntegrityError(
+            f"{target.python}: locating `import {import_name}` failed: {proc.stderr.strip()[-300:]}"
+        )
     origin = json.loads(proc.stdout.strip().splitlines()[-1])
     return None if origin is None else Path(origin)
 
@@ -123,10 +138,14 @@ def pinned_record(wheel: Path) -> dict[str, str]:
     """The pinned artifact's RECORD as {path: "algo=hash"} (RECORD and signatures left out)."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            record_name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD"))
+            record_name = next(
+                n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")
+            )
             data = zf.read(record_name)
     except (zipfile.BadZipFile, StopIteration, OSError) as exc:
-        raise IntegrityError(f"{wheel.name}: no readable RECORD: {exc}", tip="delete it and fetch again") from None
+        raise IntegrityError(
+            f"{wheel.name}: no readable RECORD: {exc}", tip="delete it and fetch again"
+        ) from None
     rows = csv.reader(io.StringIO(data.decode("utf-8")))
     return {row[0]: row[1] for row in rows if len(row) == 3 and row[1]}
 
@@ -169,7 +188,9 @@ def _tags(dist: importlib_metadata.Distribution) -> frozenset[str]:
     return frozenset(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:"))
 
 
-def artifact_for(manifest: Manifest, tags: frozenset[str], provenance: dict[str, Any] | None) -> Artifact | None:
+def artifact_for(
+    manifest: Manifest, tags: frozenset[str], provenance: dict[str, Any] | None
+) -> Artifact | None:
     """The pinned wheel an installation came from: the one overlay.json names, else the one with its tags."""
     wheels = [a for a in manifest.upstream.artifacts if a.is_wheel]
     if provenance is not None:
@@ -187,14 +208,22 @@ def inspect_engine(target: Target, manifest: Manifest, *, stock_wheel: Path | No
     found = list(importlib_metadata.distributions(name=manifest.distribution, path=list(target.path)))
     seen: list[importlib_metadata.Distribution] = []
     for d in found:  # one folder can be reached through two sys.path entries
-        if all(Path(str(d.locate_file(""))).resolve() != Path(str(o.locate_file(""))).resolve() for o in seen):
+        if all(
+            Path(str(d.locate_file(""))).resolve() != Path(str(o.locate_file(""))).resolve() for o in seen
+        ):
             seen.append(d)
     if not seen:
         return None
     dist = seen[0]
     location = Path(str(dist.locate_file(""))).resolve()
-    dist_info = next((Path(str(dist.locate_file(f))).parent.name for f in dist.files or []
-                      if f.as_posix().endswith(".dist-info/METADATA")), f"{manifest.distribution}.dist-info")
+    dist_info = next(
+        (
+            Path(str(dist.locate_file(f))).parent.name
+            for f in dist.files or []
+            if f.as_posix().endswith(".dist-info/METADATA")
+        ),
+        f"{manifest.distribution}.dist-info",
+    )
     provenance = _provenance(dist, manifest)
     tags = _tags(dist)
     try:
@@ -202,8 +231,11 @@ def inspect_engine(target: Target, manifest: Manifest, *, stock_wheel: Path | No
         same_release = Version(public) == Version(manifest.upstream.version)
     except InvalidVersion:
         same_release = False
-    kind: Kind = "patched" if provenance is not None and same_release else (
-        "stock" if provenance is None and dist.version == manifest.upstream.version else "other")
+    kind: Kind = (
+        "patched"
+        if provenance is not None and same_release
+        else ("stock" if provenance is None and dist.version == manifest.upstream.version else "other")
+    )
     problems = installed_record_problems(dist)
     pins: list[str] = []
     checked = False
@@ -212,10 +244,21 @@ def inspect_engine(target: Target, manifest: Manifest, *, stock_wheel: Path | No
         checked = True
     direct = dist.read_text("direct_url.json")
     editable = bool(direct and '"editable": true' in direct.replace("'", '"').lower())
-    return Installed(engine=manifest.name, distribution=canonicalize_name(manifest.distribution), version=dist.version,
-                     location=location, dist_info=dist_info, kind=kind, tags=tags, provenance=provenance,
-                     record_problems=tuple(problems), pin_problems=tuple(pins), pin_checked=checked, editable=editable,
-                     shadowed=tuple(str(Path(str(d.locate_file(""))).resolve()) for d in seen[1:]))
+    return Installed(
+        engine=manifest.name,
+        distribution=canonicalize_name(manifest.distribution),
+        version=dist.version,
+        location=location,
+        dist_info=dist_info,
+        kind=kind,
+        tags=tags,
+        provenance=provenance,
+        record_problems=tuple(problems),
+        pin_problems=tuple(pins),
+        pin_checked=checked,
+        editable=editable,
+        shadowed=tuple(str(Path(str(d.locate_file(""))).resolve()) for d in seen[1:]),
+    )
 
 
 def _provenance(dist: importlib_metadata.Distribution, manifest: Manifest) -> dict[str, Any] | None:

@@ -59,8 +59,11 @@ def _require(installed: Installed | None, manifest: Manifest, target: Target, ve
             f"{manifest.upstream.version}`), or see docs/deploy.md for a fresh image",
         )
     if installed.editable:
-        raise UsageError(f"{manifest.distribution} is an editable install at {installed.location}: a source checkout, "
-                         "not the pinned release", tip="uninstall it and install the pinned release first")
+        raise UsageError(
+            f"{manifest.distribution} is an editable install at {installed.location}: a source checkout, "
+            "not the pinned release",
+            tip="uninstall it and install the pinned release first",
+        )
     if installed.kind == "other":
         raise UsageError(
             f"{manifest.distribution} {installed.version} is installed for {target.python}, but {manifest.path.name} "
@@ -71,19 +74,29 @@ def _require(installed: Installed | None, manifest: Manifest, target: Target, ve
     return installed
 
 
-def _stock_wheel(root: Path, manifest: Manifest, artifact: Artifact | None, *, offline: bool,
-                 reporter: Reporter) -> Path | None:
+def _stock_wheel(
+    root: Path, manifest: Manifest, artifact: Artifact | None, *, offline: bool, reporter: Reporter
+) -> Path | None:
     if artifact is None:
         return None
     return fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
 
 
-def install_engine(*, root: Path, engine: str, python: Path | None = None, wheels_dir: Path | None = None,
-                   offline: bool = False, reporter: Reporter | None = None) -> ActionResult:
+def install_engine(
+    *,
+    root: Path,
+    engine: str,
+    python: Path | None = None,
+    wheels_dir: Path | None = None,
+    offline: bool = False,
+    reporter: Reporter | None = None,
+) -> ActionResult:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
     target = _target(python)
-    before = _require(_inspect(root, manifest, target, offline=offline, reporter=reporter), manifest, target, "install")
+    before = _require(
+        _inspect(root, manifest, target, offline=offline, reporter=reporter), manifest, target, "install"
+    )
     if before.kind == "stock" and not before.files_ok:
         raise IntegrityError(
             f"{manifest.distribution} {before.version} at {before.location} is not the pinned stock release: "
@@ -91,13 +104,18 @@ def install_engine(*, root: Path, engine: str, python: Path | None = None, wheel
             tip=f"put the pinned bytes back first (`overlay revert {engine} --python {target.python}`)",
         )
     if before.kind == "patched" and before.record_problems:
-        raise IntegrityError(f"the overlay build {before.version} at {before.location} was modified: "
-                             f"{describe(before.record_problems)}",
-                             tip=f"`overlay revert {engine} --python {target.python}` puts the stock bytes back")
+        raise IntegrityError(
+            f"the overlay build {before.version} at {before.location} was modified: "
+            f"{describe(before.record_problems)}",
+            tip=f"`overlay revert {engine} --python {target.python}` puts the stock bytes back",
+        )
     artifact = artifact_for(manifest, before.tags, before.provenance)
     if artifact is None:
-        raise UsageError(f"no pinned artifact of {manifest.path.name} matches the installed wheel tags "
-                         f"{sorted(before.tags)}", tip="pin the artifact for this Python and platform")
+        raise UsageError(
+            f"no pinned artifact of {manifest.path.name} matches the installed wheel tags "
+            f"{sorted(before.tags)}",
+            tip="pin the artifact for this Python and platform",
+        )
     version, wheels = current_wheels(root, manifest, wheels_dir or default_out_dir(root, engine))
     wheel = next(path for art, path in wheels if art == artifact)
     if before.kind == "patched" and before.version == version:
@@ -108,23 +126,36 @@ def install_engine(*, root: Path, engine: str, python: Path | None = None, wheel
     _pip_install(target, wheel)
     now = _inspect(root, manifest, target, offline=offline, reporter=reporter)
     if now is None or now.kind != "patched" or now.version != version:
-        raise IntegrityError(f"after pip installed {wheel.name}, {target.python} has "
-                             f"{'nothing' if now is None else now.distribution + ' ' + now.version}",
-                             tip=f"`overlay status --python {target.python}` shows what is there")
+        raise IntegrityError(
+            f"after pip installed {wheel.name}, {target.python} has "
+            f"{'nothing' if now is None else now.distribution + ' ' + now.version}",
+            tip=f"`overlay status --python {target.python}` shows what is there",
+        )
     after, origin = _verify(manifest, target, now, version=version, reporter=reporter)
     return ActionResult(action="installed", before=before, after=after, wheel=wheel, import_path=origin)
 
 
-def revert_engine(*, root: Path, engine: str, python: Path | None = None, offline: bool = False,
-                  reporter: Reporter | None = None) -> ActionResult:
+def revert_engine(
+    *,
+    root: Path,
+    engine: str,
+    python: Path | None = None,
+    offline: bool = False,
+    reporter: Reporter | None = None,
+) -> ActionResult:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
     target = _target(python)
-    before = _require(_inspect(root, manifest, target, offline=offline, reporter=reporter), manifest, target, "revert")
+    before = _require(
+        _inspect(root, manifest, target, offline=offline, reporter=reporter), manifest, target, "revert"
+    )
     artifact = artifact_for(manifest, before.tags, before.provenance)
     if artifact is None:
-        raise UsageError(f"no pinned artifact of {manifest.path.name} matches the installed wheel tags "
-                         f"{sorted(before.tags)}", tip="pin the artifact for this Python and platform")
+        raise UsageError(
+            f"no pinned artifact of {manifest.path.name} matches the installed wheel tags "
+            f"{sorted(before.tags)}",
+            tip="pin the artifact for this Python and platform",
+        )
     stock = fetch_artifact(root, manifest, artifact, offline=offline, reporter=reporter)
     if before.kind == "stock" and before.files_ok:
         origin = _check_import(manifest, target, before)
@@ -133,8 +164,11 @@ def revert_engine(*, root: Path, engine: str, python: Path | None = None, offlin
     _pip_install(target, stock)
     after = inspect_engine(target, manifest, stock_wheel=stock)
     if after is None or after.kind != "stock" or not after.files_ok:
-        what = "nothing" if after is None else f"{after.kind} {after.version}: " + describe(
-            after.record_problems + after.pin_problems)
+        what = (
+            "nothing"
+            if after is None
+            else f"{after.kind} {after.version}: " + describe(after.record_problems + after.pin_problems)
+        )
         raise IntegrityError(f"after reinstalling {stock.name}, {target.python} has {what}")
     origin = _check_import(manifest, target, after)
     return ActionResult(action="reverted", before=before, after=after, wheel=stock, import_path=origin)
@@ -148,7 +182,9 @@ class StatusRow:
     note: str = ""
 
 
-def status(*, root: Path, python: Path | None = None, reporter: Reporter | None = None) -> tuple[Target, list[StatusRow]]:
+def status(
+    *, root: Path, python: Path | None = None, reporter: Reporter | None = None
+) -> tuple[Target, list[StatusRow]]:
     """Every pinned engine's installation for ``python`` (None rows for those not installed)."""
     from overlay.core.provenance import local_version
     from overlay.core.series import load_engine_series
@@ -159,7 +195,9 @@ def status(*, root: Path, python: Path | None = None, reporter: Reporter | None 
     for name in engine_names(root):
         manifest = load_engine(root, name)
         try:
-            current: str | None = local_version(manifest, load_engine_series(root, manifest).patches, root=root)
+            current: str | None = local_version(
+                manifest, load_engine_series(root, manifest).patches, root=root
+            )
         except OverlayError:
             current = None
         installed = _inspect(root, manifest, target, offline=True, reporter=reporter)
@@ -170,7 +208,9 @@ def status(*, root: Path, python: Path | None = None, reporter: Reporter | None 
     return target, rows
 
 
-def _inspect(root: Path, manifest: Manifest, target: Target, *, offline: bool, reporter: Reporter) -> Installed | None:
+def _inspect(
+    root: Path, manifest: Manifest, target: Target, *, offline: bool, reporter: Reporter
+) -> Installed | None:
     """inspect_engine, with the stock installation compared with its cached pinned artifact (fetched unless offline;
     not compared when offline and not cached)."""
     first = inspect_engine(target, manifest, stock_wheel=None)
@@ -181,27 +221,37 @@ def _inspect(root: Path, manifest: Manifest, target: Target, *, offline: bool, r
         return first
     if offline and not cached_path(root, artifact).is_file():
         return first
-    return inspect_engine(target, manifest, stock_wheel=_stock_wheel(root, manifest, artifact, offline=offline,
-                                                                      reporter=reporter))
+    return inspect_engine(
+        target,
+        manifest,
+        stock_wheel=_stock_wheel(root, manifest, artifact, offline=offline, reporter=reporter),
+    )
 
 
-def _verify(manifest: Manifest, target: Target, after: Installed, *, version: str,
-            reporter: Reporter) -> tuple[Installed, Path]:
+def _verify(
+    manifest: Manifest, target: Target, after: Installed, *, version: str, reporter: Reporter
+) -> tuple[Installed, Path]:
     if after.record_problems:
-        raise IntegrityError(f"{after.distribution} {after.version} at {after.location}: "
-                             f"{describe(after.record_problems)}")
+        raise IntegrityError(
+            f"{after.distribution} {after.version} at {after.location}: {describe(after.record_problems)}"
+        )
     assert after.provenance is not None
     origin = _check_import(manifest, target, after)
-    reporter.step("env", f"{after.distribution} {version}: overlay.json and every file match RECORD; "
-                  f"import {manifest.import_name} -> {origin}")
+    reporter.step(
+        "env",
+        f"{after.distribution} {version}: overlay.json and every file match RECORD; "
+        f"import {manifest.import_name} -> {origin}",
+    )
     return after, origin
 
 
 def _check_import(manifest: Manifest, target: Target, installed: Installed) -> Path:
     origin = import_origin(target, manifest.import_name)
     if origin is None:
-        raise IntegrityError(f"{target.python}: `import {manifest.import_name}` finds nothing, although "
-                             f"{installed.distribution} {installed.version} is installed at {installed.location}")
+        raise IntegrityError(
+            f"{target.python}: `import {manifest.import_name}` finds nothing, although "
+            f"{installed.distribution} {installed.version} is installed at {installed.location}"
+        )
     if not origin.resolve().is_relative_to(installed.location):
         raise IntegrityError(
             f"{target.python}: `import {manifest.import_name}` resolves to {origin}, not to the installed "
@@ -218,20 +268,49 @@ def _pip_install(target: Target, wheel: Path) -> None:
     import shutil
     import sys
 
-    command = [str(target.python), "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index",
-               "--disable-pip-version-check", "--no-input", "-q", str(wheel)]
+    command = [
+        str(target.python),
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--force-reinstall",
+        "--no-index",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-q",
+        str(wheel),
+    ]
     proc = subprocess.run(command, capture_output=True, text=True)
     tool = "pip"
     if proc.returncode != 0 and "No module named pip" in proc.stderr:
         beside = Path(sys.executable).parent / "uv"  # installed with overlay, in its venv
         uv = shutil.which("uv") or (str(beside) if beside.is_file() else None)
         if uv is None:
-            raise UsageError(f"{target.python} has no pip, and uv is not on PATH",
-                             tip=f"`{target.python} -m ensurepip`, or install uv (`pip install uv`)")
+            raise UsageError(
+                f"{target.python} has no pip, and uv is not on PATH",
+                tip=f"`{target.python} -m ensurepip`, or install uv (`pip install uv`)",
+            )
         tool = "uv"
-        proc = subprocess.run([uv, "pip", "install", "--python", str(target.python), "--no-deps", "--reinstall",
-                               "--no-index", "--no-cache", "-q", str(wheel)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                uv,
+                "pip",
+                "install",
+                "--python",
+                str(target.python),
+                "--no-deps",
+                "--reinstall",
+                "--no-index",
+                "--no-cache",
+                "-q",
+                str(wheel),
+            ],
+            capture_output=True,
+            text=True,
+        )
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout).strip()[-1500:]
-        raise ExternalCommandError(f"{tool} could not install {wheel.name} into {target.python} (exit "
-                                   f"{proc.returncode}): {err}")
+        raise ExternalCommandError(
+            f"{tool} could not install {wheel.name} into {target.python} (exit {proc.returncode}): {err}"
+        )

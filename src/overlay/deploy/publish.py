@@ -65,7 +65,9 @@ def expected_wheel(manifest: Manifest, artifact: Artifact, version: str) -> str:
     return WheelName.parse(artifact.filename).filename(version)
 
 
-def current_wheels(root: Path, manifest: Manifest, wheels_dir: Path) -> tuple[str, list[tuple[Artifact, Path]]]:
+def current_wheels(
+    root: Path, manifest: Manifest, wheels_dir: Path
+) -> tuple[str, list[tuple[Artifact, Path]]]:
     """The current series' version and, for every pinned wheel, its patched build in ``wheels_dir`` (verified:
     RECORD, version label, built from that pinned artifact). UsageError naming the first one not built."""
     series = load_engine_series(root, manifest)
@@ -83,18 +85,23 @@ def current_wheels(root: Path, manifest: Manifest, wheels_dir: Path) -> tuple[st
         prov = read_from_wheel(path)
         art = prov.data["upstream"].get("artifact") or {}
         if art.get("filename") != artifact.filename or art.get("sha256") != artifact.sha256:
-            raise IntegrityError(f"{path.name} says it was built from {art.get('filename')} sha256={art.get('sha256')}, "
-                                 f"not the pinned {artifact.filename} sha256={artifact.sha256}",
-                                 tip=f"rebuild it with `overlay apply {manifest.name}`")
+            raise IntegrityError(
+                f"{path.name} says it was built from {art.get('filename')} sha256={art.get('sha256')}, "
+                f"not the pinned {artifact.filename} sha256={artifact.sha256}",
+                tip=f"rebuild it with `overlay apply {manifest.name}`",
+            )
         found.append((artifact, path))
     if not found:
-        raise UsageError(f"{manifest.path.name} pins no wheel: there is nothing to publish",
-                         tip="pin the release's wheels (`overlay init ENGINE --version V` pins every artifact)")
+        raise UsageError(
+            f"{manifest.path.name} pins no wheel: there is nothing to publish",
+            tip="pin the release's wheels (`overlay init ENGINE --version V` pins every artifact)",
+        )
     return version, found
 
 
-def publish_index(*, root: Path, engine: str, to: Path, wheels_dir: Path | None = None,
-                  reporter: Reporter | None = None) -> Publication:
+def publish_index(
+    *, root: Path, engine: str, to: Path, wheels_dir: Path | None = None, reporter: Reporter | None = None
+) -> Publication:
     reporter = reporter or NullReporter()
     manifest = load_engine(root, engine)
     check_target(to)
@@ -107,15 +114,26 @@ def publish_index(*, root: Path, engine: str, to: Path, wheels_dir: Path | None 
         for f in files:
             reporter.step("wheel", f"published {f.filename} sha256={f.sha256}")
         _write(scratch / "simple" / "index.html", _root_html(project))
-        _write(scratch / "simple" / "index.json", _json({"meta": {"api-version": "1.1"}, "projects": [{"name": project}]}))
+        _write(
+            scratch / "simple" / "index.json",
+            _json({"meta": {"api-version": "1.1"}, "projects": [{"name": project}]}),
+        )
         _write(scratch / "simple" / project / "index.html", _project_html(project, files))
         _write(scratch / "simple" / project / "index.json", _json(_project_json(project, version, files)))
-        _write(scratch / "requirements.txt", _requirements(manifest, version, [(f.filename, f.sha256) for f in files],
-                                                           "patched"))
-        _write(scratch / "constraints.txt", f"# overlay publish {manifest.name}: the patched build, for pip -c / uv "
-                                            f"--constraint\n{project}=={version}\n")
+        _write(
+            scratch / "requirements.txt",
+            _requirements(manifest, version, [(f.filename, f.sha256) for f in files], "patched"),
+        )
+        _write(
+            scratch / "constraints.txt",
+            f"# overlay publish {manifest.name}: the patched build, for pip -c / uv "
+            f"--constraint\n{project}=={version}\n",
+        )
         stock = [(a.filename, a.sha256) for a in manifest.upstream.artifacts if a.is_wheel]
-        _write(scratch / "requirements-stock.txt", _requirements(manifest, manifest.upstream.version, stock, "stock"))
+        _write(
+            scratch / "requirements-stock.txt",
+            _requirements(manifest, manifest.upstream.version, stock, "stock"),
+        )
         series_sha = str(read_from_wheel(wheels[-1][1]).data["series"]["sha256"])
         _write(scratch / INDEX_FILE, _json(_index_record(manifest, project, version, files, series_sha)))
         shutil.copyfile(Path(__file__).with_name("check_installed.py"), scratch / "check_installed.py")
@@ -136,7 +154,9 @@ def check_target(to: Path) -> None:
     if not to.is_dir():
         raise UsageError(f"--to {to} is a file, not a folder", tip=tip)
     if any(to.iterdir()) and not (to / INDEX_FILE).is_file():
-        raise UsageError(f"--to {to} is a folder with other content (no {INDEX_FILE}): it is not replaced", tip=tip)
+        raise UsageError(
+            f"--to {to} is a folder with other content (no {INDEX_FILE}): it is not replaced", tip=tip
+        )
     if not os.access(to.parent, os.W_OK | os.X_OK):
         raise UsageError(f"--to {to}: {to.parent} is not writable", tip=tip)
 
@@ -153,14 +173,21 @@ def _place(artifact: Artifact, path: Path, scratch: Path) -> PublishedFile:
         metadata = zf.read(name)
     (scratch / f"{path.name}.metadata").write_bytes(metadata)
     requires = HeaderParser().parsestr(metadata.decode("utf-8")).get("Requires-Python")
-    return PublishedFile(filename=path.name, sha256=digest, size=(scratch / path.name).stat().st_size,
-                         artifact=artifact, requires_python=None if requires is None else str(requires),
-                         metadata_sha256=sha256_bytes(metadata))
+    return PublishedFile(
+        filename=path.name,
+        sha256=digest,
+        size=(scratch / path.name).stat().st_size,
+        artifact=artifact,
+        requires_python=None if requires is None else str(requires),
+        metadata_sha256=sha256_bytes(metadata),
+    )
 
 
 def _root_html(project: str) -> str:
-    return ("<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.1\"><title>Simple index"
-            f"</title></head><body>\n<a href=\"{project}/\">{project}</a>\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.1"><title>Simple index'
+        f'</title></head><body>\n<a href="{project}/">{project}</a>\n</body></html>\n'
+    )
 
 
 def _project_html(project: str, files: list[PublishedFile]) -> str:
@@ -169,11 +196,15 @@ def _project_html(project: str, files: list[PublishedFile]) -> str:
         attrs = f' data-dist-info-metadata="sha256={f.metadata_sha256}" data-core-metadata="sha256={f.metadata_sha256}"'
         if f.requires_python:
             attrs += f' data-requires-python="{html.escape(f.requires_python, quote=True)}"'
-        links.append(f'<a href="../../{quote(f.filename)}#sha256={f.sha256}"{attrs}>'
-                     f"{html.escape(f.filename)}</a><br>")
-    return ("<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.1\">"
-            f"<title>Links for {project}</title></head><body>\n<h1>Links for {project}</h1>\n"
-            + "\n".join(links) + "\n</body></html>\n")
+        links.append(
+            f'<a href="../../{quote(f.filename)}#sha256={f.sha256}"{attrs}>{html.escape(f.filename)}</a><br>'
+        )
+    return (
+        '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.1">'
+        f"<title>Links for {project}</title></head><body>\n<h1>Links for {project}</h1>\n"
+        + "\n".join(links)
+        + "\n</body></html>\n"
+    )
 
 
 def _project_json(project: str, version: str, files: list[PublishedFile]) -> dict[str, Any]:
@@ -182,9 +213,15 @@ def _project_json(project: str, version: str, files: list[PublishedFile]) -> dic
         "name": project,
         "versions": [version],
         "files": [
-            {"filename": f.filename, "url": f"../../{quote(f.filename)}", "hashes": {"sha256": f.sha256}, "size": f.size,
-             "requires-python": f.requires_python, "core-metadata": {"sha256": f.metadata_sha256},
-             "dist-info-metadata": {"sha256": f.metadata_sha256}}
+            {
+                "filename": f.filename,
+                "url": f"../../{quote(f.filename)}",
+                "hashes": {"sha256": f.sha256},
+                "size": f.size,
+                "requires-python": f.requires_python,
+                "core-metadata": {"sha256": f.metadata_sha256},
+                "dist-info-metadata": {"sha256": f.metadata_sha256},
+            }
             for f in files
         ],
     }
@@ -192,15 +229,18 @@ def _project_json(project: str, version: str, files: list[PublishedFile]) -> dic
 
 def _requirements(manifest: Manifest, version: str, hashes: list[tuple[str, str]], which: str) -> str:
     project = canonicalize_name(manifest.distribution)
-    head = (f"# overlay publish {manifest.name}: the {which} {manifest.distribution} {version}, one --hash per pinned "
-            "artifact (pip picks the one for its Python and platform).\n"
-            "# pip install --no-deps --require-hashes -r this-file (with --index-url or --find-links for the index)\n")
+    head = (
+        f"# overlay publish {manifest.name}: the {which} {manifest.distribution} {version}, one --hash per pinned "
+        "artifact (pip picks the one for its Python and platform).\n"
+        "# pip install --no-deps --require-hashes -r this-file (with --index-url or --find-links for the index)\n"
+    )
     lines = [f"{project}=={version}"] + [f"    --hash=sha256:{digest}" for _name, digest in hashes]
     return head + " \\\n".join(lines) + "\n"
 
 
-def _index_record(manifest: Manifest, project: str, version: str, files: list[PublishedFile],
-                  series_sha256: str) -> dict[str, Any]:
+def _index_record(
+    manifest: Manifest, project: str, version: str, files: list[PublishedFile], series_sha256: str
+) -> dict[str, Any]:
     return {
         "version": INDEX_SCHEMA,
         "engine": manifest.name,
@@ -209,8 +249,15 @@ def _index_record(manifest: Manifest, project: str, version: str, files: list[Pu
         "wheel_version": version,
         "import_name": manifest.import_name,
         "series_sha256": series_sha256,
-        "files": [{"filename": f.filename, "sha256": f.sha256, "size": f.size,
-                   "artifact": {"filename": f.artifact.filename, "sha256": f.artifact.sha256}} for f in files],
+        "files": [
+            {
+                "filename": f.filename,
+                "sha256": f.sha256,
+                "size": f.size,
+                "artifact": {"filename": f.artifact.filename, "sha256": f.artifact.sha256},
+            }
+            for f in files
+        ],
     }
 
 

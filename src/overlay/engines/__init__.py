@@ -27,8 +27,10 @@ WORKERS = Path(__file__).parent / "workers"
 
 def get_adapter(engine: str) -> EngineAdapter:
     if engine not in ADAPTERS:
-        raise UsageError(f"no check adapter for engine {engine!r}",
-                         tip=f"adapters exist for: {', '.join(sorted(ADAPTERS))} (overlay.engines.ADAPTERS)")
+        raise UsageError(
+            f"no check adapter for engine {engine!r}",
+            tip=f"adapters exist for: {', '.join(sorted(ADAPTERS))} (overlay.engines.ADAPTERS)",
+        )
     module, _, cls = ADAPTERS[engine].partition(":")
     adapter: EngineAdapter = getattr(importlib.import_module(module), cls)()
     return adapter

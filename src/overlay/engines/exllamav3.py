@@ -25,7 +25,9 @@ class ExLlamaV3Adapter:
     engine = "exllamav3"
 
     def unavailable(self, arm: Arm) -> str | None:
-        proc = arm.run(["-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"], timeout=300)
+        proc = arm.run(
+            ["-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"], timeout=300
+        )
         if proc.returncode == 0:
             return None
         return "ExLlamaV3 needs a CUDA device for its extension; none is visible here"
@@ -33,29 +35,47 @@ class ExLlamaV3Adapter:
     def tasks(self) -> tuple[str, ...]:
         return ()
 
-    def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
-               target_kind: str | None = None, draft_kind: str | None = None) -> Models:
-        raise UsageError("exllamav3 models are EXL3 checkpoints built on a GPU machine (scripts/device/exllamav3_check.*)")
+    def models(
+        self,
+        *,
+        root: Path,
+        arm: Arm,
+        model: Path | None,
+        draft: Path | None,
+        reporter: Reporter,
+        target_kind: str | None = None,
+        draft_kind: str | None = None,
+    ) -> Models:
+        raise UsageError(
+            "exllamav3 models are EXL3 checkpoints built on a GPU machine (scripts/device/exllamav3_check.*)"
+        )
 
     def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
-        if request.get("task") == "census":  # CPU: the real generator round code, labelled stand-ins around it
-            result: dict[str, Any] = arm.run_json(WORKERS / "exllamav3_census.py", request, timeout=timeout or 900)
+        if (
+            request.get("task") == "census"
+        ):  # CPU: the real generator round code, labelled stand-ins around it
+            result: dict[str, Any] = arm.run_json(
+                WORKERS / "exllamav3_census.py", request, timeout=timeout or 900
+            )
             return result
         raise UsageError("exllamav3 tasks run on a GPU machine: see scripts/device/")
 
     def census_scenarios(self) -> tuple[str, ...]:
         return CENSUS_SCENARIOS
 
-    def census_variants(self, *, root: Path, arm: Arm, models: Models | None, explicit: bool,
-                        reporter: Reporter) -> tuple[Any, ...]:
+    def census_variants(
+        self, *, root: Path, arm: Arm, models: Models | None, explicit: bool, reporter: Reporter
+    ) -> tuple[Any, ...]:
         """Two block drafters (workers/exllamav3_census.py "drafter_layers"): every layer a window ring (what
         --draft_window makes of a DFlash drafter; its state side is the wheel's SlidingAttention code) and paged
         layers; decode-step does not involve the drafter and runs once."""
         from overlay.check.census import Variant
 
         spec = ("spec-verify-step", "draft-round")
-        return (Variant(name="ring drafter", model="", extra=(("drafter_layers", "ring"),)),
-                Variant(name="paged drafter", model="", extra=(("drafter_layers", "paged"),), scenarios=spec))
+        return (
+            Variant(name="ring drafter", model="", extra=(("drafter_layers", "ring"),)),
+            Variant(name="paged drafter", model="", extra=(("drafter_layers", "paged"),), scenarios=spec),
+        )
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         return run_patch_tests(root, "exllamav3", reporter)
@@ -66,14 +86,26 @@ def run_patch_tests(root: Path, engine: str, reporter: Reporter) -> dict[str, An
     manifest = load_engine(root, engine)
     if not manifest.check.tests:
         return {"ran": False, "reason": f"{manifest.path.name} declares no check.tests"}
-    paths = [inside_root(root, root / t, what=f"{manifest.path.name}: check.tests entry") for t in manifest.check.tests]
+    paths = [
+        inside_root(root, root / t, what=f"{manifest.path.name}: check.tests entry")
+        for t in manifest.check.tests
+    ]
     missing = [str(p.relative_to(root)) for p in paths if not p.exists()]
     if missing:
         return {"ran": False, "reason": f"check.tests names what does not exist: {', '.join(missing)}"}
     shown = " ".join(manifest.check.tests)
     reporter.step("check", f"{engine}: running the patch-level differential tests in {shown}")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, paths)],
-                          cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, paths)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    return {"ran": True, "command": f"pytest -q {shown}", "exit_code": proc.returncode,
-            "summary": tail, "passed": proc.returncode == 0}
+    return {
+        "ran": True,
+        "command": f"pytest -q {shown}",
+        "exit_code": proc.returncode,
+        "summary": tail,
+        "passed": proc.returncode == 0,
+    }

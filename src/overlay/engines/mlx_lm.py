@@ -33,8 +33,17 @@ class MlxLmAdapter:
     def tasks(self) -> tuple[str, ...]:
         return ("greedy", "logits", "spec", "speed", "cold")
 
-    def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
-               target_kind: str | None = None, draft_kind: str | None = None) -> Models:
+    def models(
+        self,
+        *,
+        root: Path,
+        arm: Arm,
+        model: Path | None,
+        draft: Path | None,
+        reporter: Reporter,
+        target_kind: str | None = None,
+        draft_kind: str | None = None,
+    ) -> Models:
         from overlay.check import models as tinymodels
 
         if model is not None:
@@ -58,8 +67,9 @@ class MlxLmAdapter:
     def census_scenarios(self) -> tuple[str, ...]:
         return CENSUS_SCENARIOS
 
-    def census_variants(self, *, root: Path, arm: Arm, models: Models | None, explicit: bool,
-                        reporter: Reporter) -> tuple[Variant, ...]:
+    def census_variants(
+        self, *, root: Path, arm: Arm, models: Models | None, explicit: bool, reporter: Reporter
+    ) -> tuple[Variant, ...]:
         """The census runs each scenario on a dense and a hybrid model (a patch may act on one family only) and, for
         the sampler patches, with a top-k sampler. Speculative scenarios run with the target as its own drafter (every
         draft accepted) and with a never-right drafter (every round rejects and rolls back); decode-token also on a
@@ -78,30 +88,63 @@ class MlxLmAdapter:
 
         if explicit and models is not None:
             name = models.target.name
-            return (Variant(name=name, model=str(models.target)),
-                    Variant(name=f"{name}, never-right drafter", model=str(models.target),
-                            extra=(("draft", never(models.target)),), scenarios=spec))
+            return (
+                Variant(name=name, model=str(models.target)),
+                Variant(
+                    name=f"{name}, never-right drafter",
+                    model=str(models.target),
+                    extra=(("draft", never(models.target)),),
+                    scenarios=spec,
+                ),
+            )
+
         def quantized(src: Path) -> str:  # mlx-lm's own convert (4-bit, group 32), in the stock arm
             out = layout(root).models / f"census-q4g32-{src.name}"
             if not (out / "config.json").is_file():
                 shutil.rmtree(out, ignore_errors=True)
-                proc = arm.run(["-m", "mlx_lm", "convert", "--hf-path", str(src), "--mlx-path", str(out), "-q",
-                                "--q-bits", "4", "--q-group-size", "32"], timeout=600)
+                proc = arm.run(
+                    [
+                        "-m",
+                        "mlx_lm",
+                        "convert",
+                        "--hf-path",
+                        str(src),
+                        "--mlx-path",
+                        str(out),
+                        "-q",
+                        "--q-bits",
+                        "4",
+                        "--q-group-size",
+                        "32",
+                    ],
+                    timeout=600,
+                )
                 if proc.returncode != 0:
-                    raise ExternalCommandError(f"mlx_lm convert -q of {src} failed: {proc.stderr.strip()[-300:]}",
-                                               tip="rerun with --debug; the census needs the arm's mlx_lm to quantize")
+                    raise ExternalCommandError(
+                        f"mlx_lm convert -q of {src} failed: {proc.stderr.strip()[-300:]}",
+                        tip="rerun with --debug; the census needs the arm's mlx_lm to quantize",
+                    )
             return str(out)
 
         llama_dir = tinymodels.build("llama-random", root=root, python=arm.python, reporter=reporter)
         llama = str(llama_dir)
         hybrid = str(tinymodels.build("qwen3_5-random", root=root, python=arm.python, reporter=reporter))
-        return (Variant(name="llama", model=llama),
-                Variant(name="llama, never-right drafter", model=llama, extra=(("draft", never(llama_dir)),),
-                        scenarios=spec),
-                Variant(name="qwen3_5 (hybrid), llama drafter", model=hybrid, extra=(("draft", never(llama_dir)),)),
-                Variant(name="llama, temp 0.7 top-k 20", model=llama,
-                        extra=(("sampler", {"temp": 0.7, "top_k": 20}),)),
-                Variant(name="llama 4-bit", model=quantized(llama_dir), scenarios=("decode-token",)))
+        return (
+            Variant(name="llama", model=llama),
+            Variant(
+                name="llama, never-right drafter",
+                model=llama,
+                extra=(("draft", never(llama_dir)),),
+                scenarios=spec,
+            ),
+            Variant(
+                name="qwen3_5 (hybrid), llama drafter", model=hybrid, extra=(("draft", never(llama_dir)),)
+            ),
+            Variant(
+                name="llama, temp 0.7 top-k 20", model=llama, extra=(("sampler", {"temp": 0.7, "top_k": 20}),)
+            ),
+            Variant(name="llama 4-bit", model=quantized(llama_dir), scenarios=("decode-token",)),
+        )
 
     def census_label(self, metric: str, stock: dict[str, Any], patched: dict[str, Any]) -> str | None:
         """Which part of a counted change a Metal build would also see (the census runs on mlx's CPU backend)."""
@@ -117,8 +160,10 @@ class MlxLmAdapter:
         cs, cp, ms, mp = nums
         est = f"Metal estimate {ms:.4g} -> {mp:.4g}"
         if cp < cs and not mp < ms:
-            return (f"CPU-only: the decrease comes from mx.fast CPU fallbacks a Metal build runs as one kernel each "
-                    f"({est})")
+            return (
+                f"CPU-only: the decrease comes from mx.fast CPU fallbacks a Metal build runs as one kernel each "
+                f"({est})"
+            )
         if cp > cs and not mp > ms:
             return f"CPU-only increase ({est})"
         return f"Metal would also see it ({est})"

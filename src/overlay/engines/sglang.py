@@ -36,8 +36,17 @@ class SglangAdapter:
     def tasks(self) -> tuple[str, ...]:
         return ("greedy", "logits", "spec", "speed", "cold")
 
-    def models(self, *, root: Path, arm: Arm, model: Path | None, draft: Path | None, reporter: Reporter,
-               target_kind: str | None = None, draft_kind: str | None = None) -> Models:
+    def models(
+        self,
+        *,
+        root: Path,
+        arm: Arm,
+        model: Path | None,
+        draft: Path | None,
+        reporter: Reporter,
+        target_kind: str | None = None,
+        draft_kind: str | None = None,
+    ) -> Models:
         from overlay.check import models as tinymodels
 
         if model is not None:
@@ -45,7 +54,9 @@ class SglangAdapter:
                 raise UsageError(f"--model {model} is not a model folder (no config.json)")
             return Models(target=model, draft=draft)
         tk, dk = target_kind or DEFAULT_TARGET, draft_kind or DEFAULT_DRAFT
-        reporter.step("model", f"bundled tiny models: target {tk}, draft {dk} (trained with the stock mlx-lm arm)")
+        reporter.step(
+            "model", f"bundled tiny models: target {tk}, draft {dk} (trained with the stock mlx-lm arm)"
+        )
         python = tinymodels.stock_mlx_python(root, reporter=reporter)
         target = tinymodels.build(tk, root=root, python=python, reporter=reporter)
         real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)

@@ -221,6 +221,7 @@ def c_kernel(c, x):
 
 # Blind spots (the module docstring lists them): each case shows the documented behaviour.
 
+
 def c_blind_thread(c, x):
     import threading
 

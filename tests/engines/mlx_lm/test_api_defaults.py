@@ -17,8 +17,13 @@ from pathlib import Path
 from overlay.check.envs import Arms
 
 PROBES = Path(__file__).parent / "probes"
-FILES = {"config.json": "{}", "model.safetensors": "weights", "mtp.safetensors": "head", "tokenizer.json": "{}",
-         "tokenizer_config.json": "{}"}
+FILES = {
+    "config.json": "{}",
+    "model.safetensors": "weights",
+    "mtp.safetensors": "head",
+    "tokenizer.json": "{}",
+    "tokenizer_config.json": "{}",
+}
 
 
 def test_hub_download_requests_the_mtp_sidecar(arms: Arms, tmp_path: Path) -> None:
@@ -26,13 +31,16 @@ def test_hub_download_requests_the_mtp_sidecar(arms: Arms, tmp_path: Path) -> No
     for arm in (arms.stock, arms.patched):
         for omit in ((), ("mtp.safetensors",)):
             cache = tmp_path / f"{arm.name}-{len(omit)}"
-            res[arm.name, bool(omit)] = arm.run_json(PROBES / "hub_allow.py",
-                                                     {"cache": str(cache), "files": FILES, "omit": list(omit)})
+            res[arm.name, bool(omit)] = arm.run_json(
+                PROBES / "hub_allow.py", {"cache": str(cache), "files": FILES, "omit": list(omit)}
+            )
     assert "mtp.safetensors" not in res["stock", False]["allowed"]  # the defect, inherited from stock
     assert "mtp.safetensors" in res["patched", False]["allowed"]
     assert "model.safetensors" in res["patched", False]["allowed"]
     full = res["patched", False]
-    assert full["error"] is None and full["download"] and (Path(full["download"]) / "mtp.safetensors").is_file()
+    assert (
+        full["error"] is None and full["download"] and (Path(full["download"]) / "mtp.safetensors").is_file()
+    )
     missing = res["patched", True]
     assert missing["download"] is None and missing["error"] is not None
     assert "IncompleteSnapshotError" in missing["error"] and "mtp.safetensors" in missing["error"]

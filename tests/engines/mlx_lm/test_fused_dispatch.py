@@ -147,9 +147,7 @@ def runs(arms: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
         PROBE, {"root": str(root), "out": str(out / "patched"), "cases": _patched_cases()}
     )
     off = arms.patched.run_json(
-        PROBE,
-        {"root": str(root), "out": str(out / "off"), "cases": _base_cases()},
-        extra_env=KILL_SWITCHES,
+        PROBE, {"root": str(root), "out": str(out / "off"), "cases": _base_cases()}, extra_env=KILL_SWITCHES
     )
     return {"stock": stock["cases"], "patched": patched["cases"], "off": off["cases"]}
 

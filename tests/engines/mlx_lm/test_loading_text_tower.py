@@ -33,7 +33,9 @@ def vlm(arms: Arms, repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -
         "shards": shards,
         "stock": arms.stock.run_json(PROBE, {**load, "configs": [None]})[0],
         "patched": arms.patched.run_json(PROBE, {**load, "configs": CONFIGS}),
-        "env_off": arms.patched.run_json(PROBE, {**load, "configs": [None], "env": {"MLX_LM_TEXT_ONLY": "0"}})[0],
+        "env_off": arms.patched.run_json(
+            PROBE, {**load, "configs": [None], "env": {"MLX_LM_TEXT_ONLY": "0"}}
+        )[0],
         "guard": arms.patched.run_json(PROBE, {"mode": "guard", "dir": str(dst)}),
     }
 

@@ -51,13 +51,39 @@ def test_refuses_to_build_venvs_off_mac() -> None:
     assert proc.returncode == 2 and "Apple-silicon Mac" in proc.stderr
 
 
-def test_harness_runs_with_existing_interpreters(arms: Arms, models: dict[str, str], text_model: str,  # noqa: F811
-                                                 tmp_path: Path) -> None:
+def test_harness_runs_with_existing_interpreters(
+    arms: Arms,
+    models: dict[str, str],
+    text_model: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "mac-check.json"
-    proc = _run("--model", models["qwen3"], "--draft-model", models["qwen3"], "--mtp-model", text_model,
-                "--stock-python", str(arms.stock.python),
-                "--patched-python", str(arms.patched.python), "--tokens", "12", "--ks", "1,2", "--temps", "0,0.7",
-                "--seeds", "0,1", "--prompt", "<5> <9> <13> <17>", "--prompt", "<7> <8>", "--out", str(out))
+    proc = _run(
+        "--model",
+        models["qwen3"],
+        "--draft-model",
+        models["qwen3"],
+        "--mtp-model",
+        text_model,
+        "--stock-python",
+        str(arms.stock.python),
+        "--patched-python",
+        str(arms.patched.python),
+        "--tokens",
+        "12",
+        "--ks",
+        "1,2",
+        "--temps",
+        "0,0.7",
+        "--seeds",
+        "0,1",
+        "--prompt",
+        "<5> <9> <13> <17>",
+        "--prompt",
+        "<7> <8>",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     stock, patched = doc["arms"]["stock"]["cases"], doc["arms"]["patched"]["cases"]

@@ -25,10 +25,22 @@ def test_max_kv_size_with_draft_matches_serial(arms: Arms, models: dict[str, str
     cases: list[dict[str, Any]] = [
         {"id": "serial", "api": "serial", **base},
         {"id": "serial-bounded", "api": "serial", "kwargs": {"max_kv_size": WINDOW}, **base},
-        {"id": "spec-bounded", "api": "stream", "draft": models["qwen3-noisy"], "k": 3,
-         "kwargs": {"max_kv_size": WINDOW}, **base},
-        {"id": "spec-bounded-adaptive", "api": "stream", "draft": models["qwen3-noisy"], "k": 3,
-         "kwargs": {"max_kv_size": WINDOW, "adaptive_draft": True}, **base},
+        {
+            "id": "spec-bounded",
+            "api": "stream",
+            "draft": models["qwen3-noisy"],
+            "k": 3,
+            "kwargs": {"max_kv_size": WINDOW},
+            **base,
+        },
+        {
+            "id": "spec-bounded-adaptive",
+            "api": "stream",
+            "draft": models["qwen3-noisy"],
+            "k": 3,
+            "kwargs": {"max_kv_size": WINDOW, "adaptive_draft": True},
+            **base,
+        },
     ]
     stock = arms.stock.run_json(RUN, {"cases": cases})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]

@@ -20,17 +20,31 @@ BUILD = PROBES / "mtp_build.py"
 LOAD = PROBES / "mtp_load.py"
 TOKENS = [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
 VOCAB, HIDDEN = 128, 64
-FAMILIES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "glm4_moe_lite",
-            "qwen3_next", "qwen3_5", "qwen3_5_moe")
+FAMILIES = (
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
+)
 QWEN_HEAD = {"fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight"}
-NEXTN_HEAD = {"layers.0.eh_proj.weight", "layers.0.enorm.weight", "layers.0.hnorm.weight",
-              "layers.0.shared_head.norm.weight"}
+NEXTN_HEAD = {
+    "layers.0.eh_proj.weight",
+    "layers.0.enorm.weight",
+    "layers.0.hnorm.weight",
+    "layers.0.shared_head.norm.weight",
+}
 CACHED_TOL = 1e-5  # fp32: the MTP layer with a KV cache, one position at a time, vs one uncached pass
 
 
 def build_families(arms: Arms, repo_root: Path) -> dict[str, Any]:
     """The family checkpoints (cached under build/models, shared with the other MTP test modules)."""
-    models: dict[str, Any] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
+    models: dict[str, Any] = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})[
+        "models"
+    ]
     return models
 
 
@@ -47,8 +61,9 @@ def runs(arms: Arms, models: dict[str, Any]) -> dict[str, Any]:
         "stock": arms.stock.run_json(LOAD, {**payload, "keep": False}),
         "off": arms.patched.run_json(LOAD, {**payload, "keep": False}),
         "on": arms.patched.run_json(LOAD, {**payload, "keep": True}),
-        "env": arms.patched.run_json(LOAD, {"models": env_models, "tokens": TOKENS, "keep": False},
-                                     extra_env={"MLX_LM_KEEP_MTP": "1"}),
+        "env": arms.patched.run_json(
+            LOAD, {"models": env_models, "tokens": TOKENS, "keep": False}, extra_env={"MLX_LM_KEEP_MTP": "1"}
+        ),
     }
 
 
@@ -82,11 +97,11 @@ def test_sanitize_keeps_mtp_tensors(family: str, models: dict[str, Any], runs: d
     prefix = mtp["prefix"]
     # Flag on: the main tensors are untouched; the extra ones are exactly the MTP head.
     assert {k: v for k, v in kept_all.items() if not k.startswith(prefix)} == stock
-    kept = {k[len(prefix):] for k in kept_all if k.startswith(prefix)}
+    kept = {k[len(prefix) :] for k in kept_all if k.startswith(prefix)}
     assert len(kept) == _expected_kept(info) > 0
     # Every tensor of the MTP layer is there: the same set as the main layer it mirrors, plus the head's own.
     main = _main_layer(family, info)
-    block = {k[len(main):] for k in stock if k.startswith(main)}
+    block = {k[len(main) :] for k in stock if k.startswith(main)}
     if info["style"] == "qwen":
         assert kept == {f"layers.0.{k}" for k in block} | QWEN_HEAD
     else:

@@ -25,14 +25,18 @@ TOL = 1e-5
 
 @pytest.fixture(scope="module")
 def families(arms: Arms, repo_root: Path) -> dict[str, Any]:
-    built: dict[str, Any] = arms.stock.run_json(PROBES / "mtp_build.py", {"out": str(repo_root / "build" / "models")})
+    built: dict[str, Any] = arms.stock.run_json(
+        PROBES / "mtp_build.py", {"out": str(repo_root / "build" / "models")}
+    )
     return built["models"]
 
 
 def test_nextn_chain_matches_the_published_definition(arms: Arms, families: dict[str, Any]) -> None:
     for fam in NEXTN:
-        res = arms.patched.run_json(PROBES / "nextn_reference.py",
-                                    {"model": families[fam]["dir"], "prompt": [5, 9, 13, 17], "drafts": [21, 40]})
+        res = arms.patched.run_json(
+            PROBES / "nextn_reference.py",
+            {"model": families[fam]["dir"], "prompt": [5, 9, 13, 17], "drafts": [21, 40]},
+        )
         assert res["ref_gap"] > 1e-2, f"{fam}: the two conventions must differ for the test to mean anything"
         assert res["depth1_max_abs"] <= TOL, (fam, res)
         assert res["depth2_max_abs"] <= TOL, f"{fam}: chained draft differs from the reference: {res}"

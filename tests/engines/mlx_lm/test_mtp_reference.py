@@ -26,8 +26,13 @@ MIN_ACCEPTANCE = 0.3  # measured on these 6 prompts: 114/170 (k=1), 155/384 (k=3
 def reference(arms: Arms, repo_root: Path) -> dict[str, Any]:
     model = tinymodels.build("qwen3_5-mtp", root=repo_root, python=arms.stock.python)
     prompts = [p for category in ("prose", "code", "repetitive") for p in tinymodels.PROMPTS[category][:2]]
-    payload = {"model": str(model), "reference": str(Path(tinymodels.__file__).parent), "prompts": prompts,
-               "max_tokens": MAX_TOKENS, "k": list(K)}
+    payload = {
+        "model": str(model),
+        "reference": str(Path(tinymodels.__file__).parent),
+        "prompts": prompts,
+        "max_tokens": MAX_TOKENS,
+        "k": list(K),
+    }
     result: dict[str, Any] = arms.patched.run_json(PROBE, payload)
     return result
 

@@ -25,8 +25,16 @@ def converted(arms: Arms, repo_root: Path, tmp_path_factory: pytest.TempPathFact
     out = tmp_path_factory.mktemp("mtp-sidecar")
 
     def jobs(tag: str, keep: bool) -> list[dict[str, Any]]:
-        return [{"src": models[f]["dir"], "dst": str(out / f"{tag}-{f}-{q}"), "keep": keep,
-                 "quantize": Q4 if q == "q4" else None} for f in FAMILIES for q in ("fp32", "q4")]
+        return [
+            {
+                "src": models[f]["dir"],
+                "dst": str(out / f"{tag}-{f}-{q}"),
+                "keep": keep,
+                "quantize": Q4 if q == "q4" else None,
+            }
+            for f in FAMILIES
+            for q in ("fp32", "q4")
+        ]
 
     stock = arms.stock.run_json(PROBE, {"mode": "convert", "jobs": jobs("stock", False)})
     patched = arms.patched.run_json(PROBE, {"mode": "convert", "jobs": jobs("off", False) + jobs("on", True)})
@@ -34,7 +42,10 @@ def converted(arms: Arms, repo_root: Path, tmp_path_factory: pytest.TempPathFact
     originals = [models[f]["dir"] for f in FAMILIES]
     load = {"mode": "load", "dirs": kept_dirs + originals, "tokens": TOKENS}
     return {
-        "out": out, "models": models, "stock": stock, "patched": patched,
+        "out": out,
+        "models": models,
+        "stock": stock,
+        "patched": patched,
         "stock_load": arms.stock.run_json(PROBE, {**load, "keep": False}),
         "off_load": arms.patched.run_json(PROBE, {**load, "keep": False}),
         "on_load": arms.patched.run_json(PROBE, {**load, "keep": True}),
@@ -53,7 +64,8 @@ def test_convert_writes_sidecar(family: str, q: str, converted: dict[str, Any]) 
     assert not [f for f in stock["files"] if f.startswith("mtp")]
     # With keep_mtp: the same main files (config aside: per-layer quantization entries of MTP layers), a sidecar.
     assert {k: v for k, v in on["files"].items() if k not in ("config.json", "mtp.safetensors")} == {
-        k: v for k, v in stock["files"].items() if k != "config.json"}
+        k: v for k, v in stock["files"].items() if k != "config.json"
+    }
     assert "mtp.safetensors" in on["files"] and on["sidecar"]
     assert "keep_mtp" not in on["config_keys"]
     assert all(".mtp." in k or k.startswith("mtp.") for k in on["sidecar"])

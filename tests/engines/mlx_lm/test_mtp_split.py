@@ -44,16 +44,37 @@ def built(arms: Arms, repo_root: Path, tmp_path_factory: pytest.TempPathFactory)
     src = str(tinymodels.build("qwen3_5-random", root=repo_root, python=arms.stock.python))
     out = tmp_path_factory.mktemp("mtp-split")
     d = {name: str(out / name) for name in ("kept", "kept-q4", "plain", "plain-q4", "hf", "mlx", "mlx-q4")}
-    arms.patched.run_json(SIDECAR, {"mode": "convert", "jobs": [
-        {"src": src, "dst": d["kept"], "keep": True, "quantize": None},
-        {"src": src, "dst": d["kept-q4"], "keep": True, "quantize": Q4}]})
-    arms.stock.run_json(SIDECAR, {"mode": "convert", "jobs": [
-        {"src": src, "dst": d["plain"], "keep": False, "quantize": None},
-        {"src": src, "dst": d["plain-q4"], "keep": False, "quantize": Q4}]})
-    split = arms.stock.run_json(SPLIT, {"mode": "split", "jobs": [
-        {"src": src, "dst": d["hf"], "source": "hf"},
-        {"src": d["kept"], "dst": d["mlx"], "source": "mlx"},
-        {"src": d["kept-q4"], "dst": d["mlx-q4"], "source": "mlx"}]})
+    arms.patched.run_json(
+        SIDECAR,
+        {
+            "mode": "convert",
+            "jobs": [
+                {"src": src, "dst": d["kept"], "keep": True, "quantize": None},
+                {"src": src, "dst": d["kept-q4"], "keep": True, "quantize": Q4},
+            ],
+        },
+    )
+    arms.stock.run_json(
+        SIDECAR,
+        {
+            "mode": "convert",
+            "jobs": [
+                {"src": src, "dst": d["plain"], "keep": False, "quantize": None},
+                {"src": src, "dst": d["plain-q4"], "keep": False, "quantize": Q4},
+            ],
+        },
+    )
+    split = arms.stock.run_json(
+        SPLIT,
+        {
+            "mode": "split",
+            "jobs": [
+                {"src": src, "dst": d["hf"], "source": "hf"},
+                {"src": d["kept"], "dst": d["mlx"], "source": "mlx"},
+                {"src": d["kept-q4"], "dst": d["mlx-q4"], "source": "mlx"},
+            ],
+        },
+    )
     return {"src": src, "dirs": d, "split": split}
 
 
@@ -84,7 +105,9 @@ def test_split_drafter_loads_as_the_mtp_head(arms: Arms, built: dict[str, Any]) 
     assert ref["has_mtp"] and ref_q4["has_mtp"] and not plain["has_mtp"]
     for i in (3, 4, 7):
         assert patched[i]["has_mtp"], i
-        assert patched[i]["mtp_logits"] == ref["mtp_logits"], f"job {i}: the split head differs from the original"
+        assert patched[i]["mtp_logits"] == ref["mtp_logits"], (
+            f"job {i}: the split head differs from the original"
+        )
         assert patched[i]["logits"] == plain["logits"] == ref["logits"]
     assert patched[5]["has_mtp"] and patched[5]["mtp_logits"] == ref_q4["mtp_logits"]
     assert patched[5]["quantized"] == ref_q4["quantized"] > 0
@@ -98,23 +121,45 @@ def test_split_drafter_loads_as_the_mtp_head(arms: Arms, built: dict[str, Any]) 
 def test_not_a_drafter_is_refused(arms: Arms, built: dict[str, Any], repo_root: Path) -> None:
     d = built["dirs"]
     llama = str(tinymodels.build("llama-random", root=repo_root, python=arms.stock.python))
-    refused = _load(arms.patched, [{"model": d["plain"], "config": {"mtp_path": d["plain"]}},
-                                   {"model": llama, "config": {"mtp_path": d["hf"]}}])
+    refused = _load(
+        arms.patched,
+        [
+            {"model": d["plain"], "config": {"mtp_path": d["plain"]}},
+            {"model": llama, "config": {"mtp_path": d["hf"]}},
+        ],
+    )
     assert "not a split MTP drafter" in refused[0]["error"] and "model_type" in refused[0]["error"]
     assert "qwen3_5_mtp" in refused[1]["error"] and "llama" in refused[1]["error"]
 
 
 def _cli_text(arm: Any, model: str, *extra: str) -> str:
-    proc = arm.run(["-m", "mlx_lm", "generate", "--model", model, "--prompt", PROMPT_TEXT, "--max-tokens",
-                    str(CLI_TOKENS), "--temp", "0", "--ignore-chat-template", *extra], timeout=600)
+    proc = arm.run(
+        [
+            "-m",
+            "mlx_lm",
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            PROMPT_TEXT,
+            "--max-tokens",
+            str(CLI_TOKENS),
+            "--temp",
+            "0",
+            "--ignore-chat-template",
+            *extra,
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     parts = proc.stdout.split("==========")
     assert len(parts) >= 3, proc.stdout
     return parts[1].strip()
 
 
-def test_generate_cli_with_a_split_drafter(arms: Arms, repo_root: Path,
-                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_generate_cli_with_a_split_drafter(
+    arms: Arms, repo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     families = build_families(arms, repo_root)
     spec = arms.stock.run_json(BUILD, {"out": str(repo_root / "build" / "models")})["models"]
     out = tmp_path_factory.mktemp("mtp-split-cli")
@@ -125,24 +170,53 @@ def test_generate_cli_with_a_split_drafter(arms: Arms, repo_root: Path,
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(spec["qwen3"]) / name, src / name)
     kept, plain, drafter = out / "kept", out / "plain", out / "drafter"
-    arms.patched.run_json(SIDECAR, {"mode": "convert", "jobs": [
-        {"src": str(src), "dst": str(kept), "keep": True, "quantize": None}]})
-    arms.stock.run_json(SIDECAR, {"mode": "convert", "jobs": [
-        {"src": str(src), "dst": str(plain), "keep": False, "quantize": None}]})
-    split = arms.stock.run_json(SPLIT, {"mode": "split", "jobs": [
-        {"src": str(kept), "dst": str(drafter), "source": "mlx"}]})
+    arms.patched.run_json(
+        SIDECAR,
+        {"mode": "convert", "jobs": [{"src": str(src), "dst": str(kept), "keep": True, "quantize": None}]},
+    )
+    arms.stock.run_json(
+        SIDECAR,
+        {"mode": "convert", "jobs": [{"src": str(src), "dst": str(plain), "keep": False, "quantize": None}]},
+    )
+    split = arms.stock.run_json(
+        SPLIT, {"mode": "split", "jobs": [{"src": str(kept), "dst": str(drafter), "source": "mlx"}]}
+    )
     assert split[str(drafter)]["model_type"] == "qwen3_next_mtp"
 
     serial = _cli_text(arms.stock, str(plain))
     assert len(serial.split()) == CLI_TOKENS
-    assert _cli_text(arms.patched, str(plain), "--draft-kind", "mtp", "--draft-model", str(drafter),
-                     "--num-draft-tokens", "2") == serial
+    assert (
+        _cli_text(
+            arms.patched,
+            str(plain),
+            "--draft-kind",
+            "mtp",
+            "--draft-model",
+            str(drafter),
+            "--num-draft-tokens",
+            "2",
+        )
+        == serial
+    )
 
     body = {"prompt": PROMPT_TEXT, "max_tokens": CLI_TOKENS, "temperature": 0}
-    result = arms.patched.run_json(SERVER, {
-        "args": ["--model", str(plain), "--draft-kind", "mtp", "--draft-model", str(drafter),
-                 "--num-draft-tokens", "2"],
-        "requests": [body]}, timeout=900)
+    result = arms.patched.run_json(
+        SERVER,
+        {
+            "args": [
+                "--model",
+                str(plain),
+                "--draft-kind",
+                "mtp",
+                "--draft-model",
+                str(drafter),
+                "--num-draft-tokens",
+                "2",
+            ],
+            "requests": [body],
+        },
+        timeout=900,
+    )
     reply = result["responses"][0]
     assert reply["status"] == 200, result
     assert reply["body"]["choices"][0]["text"].strip() == serial

@@ -62,7 +62,7 @@ def _patched_streams() -> list[dict[str, Any]]:
             "env": CANDIDATES,
             "draws": 200,
             "seed": 11,
-        },
+        }
     ]
 
 

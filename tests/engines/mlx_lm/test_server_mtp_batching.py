@@ -23,7 +23,9 @@ PROMPTS = ["<5> <9> <13>", "<7> <8> <20> <21> <22>", "<3>"]
 
 @pytest.fixture(scope="module")
 def glm(arms: Arms, repo_root: Path) -> str:
-    built: dict[str, Any] = arms.stock.run_json(PROBES / "mtp_build.py", {"out": str(repo_root / "build" / "models")})
+    built: dict[str, Any] = arms.stock.run_json(
+        PROBES / "mtp_build.py", {"out": str(repo_root / "build" / "models")}
+    )
     return str(built["models"]["glm4_moe"]["dir"])
 
 

@@ -32,25 +32,82 @@ TOKENS = 64
 SEEDS = range(8)
 NOISE = 0.3
 CANT_PAY = {
-    "useless": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05], "alpha": [[0, 0.0]]},
-    "useless-short": {"k_max": 3, "tokens": 256, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05],
-                      "alpha": [[0, 0.0]]},
-    "costly-verify": {"k_max": 3, "tokens": 256, "serial": 1.0, "draft": 0.1, "verify": [1.6, 0.3],
-                      "alpha": [[0, 0.0]]},
-    "cheap-target": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.6, "verify": [1.3, 0.2],
-                     "alpha": [[0, 0.7]]},
-    "marginal": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.2, "verify": [1.3, 0.1], "alpha": [[0, 0.5]]},
+    "useless": {
+        "k_max": 3,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.1, 0.05],
+        "alpha": [[0, 0.0]],
+    },
+    "useless-short": {
+        "k_max": 3,
+        "tokens": 256,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.1, 0.05],
+        "alpha": [[0, 0.0]],
+    },
+    "costly-verify": {
+        "k_max": 3,
+        "tokens": 256,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.6, 0.3],
+        "alpha": [[0, 0.0]],
+    },
+    "cheap-target": {
+        "k_max": 3,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.6,
+        "verify": [1.3, 0.2],
+        "alpha": [[0, 0.7]],
+    },
+    "marginal": {
+        "k_max": 3,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.2,
+        "verify": [1.3, 0.1],
+        "alpha": [[0, 0.5]],
+    },
 }
 PAYS = {
-    "drafter": {"k_max": 4, "tokens": 512, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05], "alpha": [[0, 0.8]]},
-    "mtp-head": {"k_max": 3, "tokens": 256, "serial": 1.0, "draft": 0.03, "verify": [1.3, 0.1],
-                 "alpha": [[0, 0.75]]},
+    "drafter": {
+        "k_max": 4,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.1, 0.05],
+        "alpha": [[0, 0.8]],
+    },
+    "mtp-head": {
+        "k_max": 3,
+        "tokens": 256,
+        "serial": 1.0,
+        "draft": 0.03,
+        "verify": [1.3, 0.1],
+        "alpha": [[0, 0.75]],
+    },
 }
 SHIFTS = {
-    "collapse": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05],
-                 "alpha": [[0, 0.85], [256, 0.0]]},
-    "recover": {"k_max": 3, "tokens": 512, "serial": 1.0, "draft": 0.1, "verify": [1.1, 0.05],
-                "alpha": [[0, 0.0], [128, 0.85]]},
+    "collapse": {
+        "k_max": 3,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.1, 0.05],
+        "alpha": [[0, 0.85], [256, 0.0]],
+    },
+    "recover": {
+        "k_max": 3,
+        "tokens": 512,
+        "serial": 1.0,
+        "draft": 0.1,
+        "verify": [1.1, 0.05],
+        "alpha": [[0, 0.0], [128, 0.85]],
+    },
 }
 
 
@@ -69,20 +126,44 @@ def simulated(arms: Arms) -> dict[str, list[dict[str, Any]]]:
 
 def test_adaptive_matches_serial(arms: Arms, models: dict[str, str]) -> None:
     prompts = spec_prompts(6)
-    pairs = [("qwen3", "qwen3-noisy", None), ("qwen3", "qwen3-random", None), ("qwen3", "qwen3", None),
-             ("hybrid", "hybrid-noisy", None), ("hybrid", "hybrid-random", None), ("gemma", "gemma-noisy", None),
-             ("qwen3", "qwen3-noisy", 16)]
+    pairs = [
+        ("qwen3", "qwen3-noisy", None),
+        ("qwen3", "qwen3-random", None),
+        ("qwen3", "qwen3", None),
+        ("hybrid", "hybrid-noisy", None),
+        ("hybrid", "hybrid-random", None),
+        ("gemma", "gemma-noisy", None),
+        ("qwen3", "qwen3-noisy", 16),
+    ]
     cases: list[dict[str, Any]] = []
     for target, draft, window in pairs:
         kwargs = {"max_kv_size": window} if window else {}
         ref = f"serial/{target}/{window}"
         if not any(c["id"] == ref for c in cases):
-            cases.append({"id": ref, "api": "serial", "target": models[target], "max_tokens": TOKENS,
-                          "prompts": prompts, "kwargs": kwargs})
+            cases.append(
+                {
+                    "id": ref,
+                    "api": "serial",
+                    "target": models[target],
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "kwargs": kwargs,
+                }
+            )
         for k in (2, 4):
-            cases.append({"id": f"{target}/{draft}/{window}/k{k}", "api": "spec", "target": models[target],
-                          "draft": models[draft], "k": k, "max_tokens": TOKENS, "prompts": prompts,
-                          "kwargs": {**kwargs, "adaptive_draft": True}, "stats": True})
+            cases.append(
+                {
+                    "id": f"{target}/{draft}/{window}/k{k}",
+                    "api": "spec",
+                    "target": models[target],
+                    "draft": models[draft],
+                    "k": k,
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "kwargs": {**kwargs, "adaptive_draft": True},
+                    "stats": True,
+                }
+            )
     stock = arms.stock.run_json(RUN, {"cases": [c for c in cases if c["api"] == "serial"]})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     for target, draft, window in pairs:
@@ -99,9 +180,19 @@ def test_adaptive_matches_serial(arms: Arms, models: dict[str, str]) -> None:
 
 def test_adaptive_off_is_stock(arms: Arms, models: dict[str, str]) -> None:
     prompts = spec_prompts(7)
-    cases = [{"id": f"{draft}/k{k}", "api": "spec", "target": models["qwen3"], "draft": models[draft], "k": k,
-              "max_tokens": TOKENS, "prompts": prompts}
-             for draft in ("qwen3-noisy", "qwen3-random", "qwen3") for k in (1, 3)]
+    cases = [
+        {
+            "id": f"{draft}/k{k}",
+            "api": "spec",
+            "target": models["qwen3"],
+            "draft": models[draft],
+            "k": k,
+            "max_tokens": TOKENS,
+            "prompts": prompts,
+        }
+        for draft in ("qwen3-noisy", "qwen3-random", "qwen3")
+        for k in (1, 3)
+    ]
     stock = arms.stock.run_json(RUN, {"cases": cases})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     for case in cases:
@@ -121,6 +212,10 @@ def test_controller_never_costs_more_than_it_earns(simulated: dict[str, list[dic
         assert min(ratios) >= 0.85, (name, ratios)
         assert statistics.median(ratios) >= 0.9, (name, ratios)
     collapse = [r["per_phase"] for r in simulated["collapse"]]
-    assert statistics.median(p[0] for p in collapse) >= 1.7 and statistics.median(p[1] for p in collapse) >= 0.93
+    assert (
+        statistics.median(p[0] for p in collapse) >= 1.7 and statistics.median(p[1] for p in collapse) >= 0.93
+    )
     recover = [r["per_phase"] for r in simulated["recover"]]
-    assert statistics.median(p[0] for p in recover) >= 0.99 and statistics.median(p[1] for p in recover) >= 1.7
+    assert (
+        statistics.median(p[0] for p in recover) >= 0.99 and statistics.median(p[1] for p in recover) >= 1.7
+    )

@@ -28,18 +28,45 @@ DRAFTS = ("hybrid", "hybrid-noisy", "hybrid-random")
 def runs(arms: Arms, models: dict[str, str]) -> dict[str, Any]:
     prompts = spec_prompts(1)
     cases: list[dict[str, Any]] = [
-        {"id": "serial", "api": "serial", "target": models["hybrid"], "max_tokens": TOKENS, "prompts": prompts}
+        {
+            "id": "serial",
+            "api": "serial",
+            "target": models["hybrid"],
+            "max_tokens": TOKENS,
+            "prompts": prompts,
+        }
     ]
     for draft in DRAFTS:
         for k in (2, 4):
-            cases.append({"id": f"{draft}/k{k}", "api": "spec", "target": models["hybrid"], "draft": models[draft],
-                          "k": k, "max_tokens": TOKENS, "prompts": prompts, "stats": True})
+            cases.append(
+                {
+                    "id": f"{draft}/k{k}",
+                    "api": "spec",
+                    "target": models["hybrid"],
+                    "draft": models[draft],
+                    "k": k,
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "stats": True,
+                }
+            )
             # The same with the generic rollback: restore the snapshot, replay the accepted tokens (folded into
             # the next verify), as for hybrid layers that record no per-token states.
-            cases.append({"id": f"{draft}/k{k}/replay", "api": "spec", "target": models["hybrid"],
-                          "draft": models[draft], "k": k, "max_tokens": TOKENS, "prompts": prompts,
-                          "no_step_capture": True})
-    cases.append({"id": "rollback", "api": "rollback_unit", "target": models["hybrid-noisy"], "prompts": prompts})
+            cases.append(
+                {
+                    "id": f"{draft}/k{k}/replay",
+                    "api": "spec",
+                    "target": models["hybrid"],
+                    "draft": models[draft],
+                    "k": k,
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "no_step_capture": True,
+                }
+            )
+    cases.append(
+        {"id": "rollback", "api": "rollback_unit", "target": models["hybrid-noisy"], "prompts": prompts}
+    )
     cases.append({"id": "capture", "api": "capture_unit", "target": models["hybrid"], "prompts": prompts})
     return {arm.name: arm.run_json(RUN, {"cases": cases})["cases"] for arm in (arms.stock, arms.patched)}
 
@@ -59,7 +86,8 @@ def test_hybrid_speculative_matches_serial(runs: dict[str, Any]) -> None:
             for i, run in enumerate(patched[f"{case}/replay"]["runs"]):
                 assert run["tokens"] == serial[i], f"{case}/replay prompt {i}"
             rates[case] = sum(r["stats"]["accepted"] for r in patched[case]["runs"]) / sum(
-                r["stats"]["drafted"] for r in patched[case]["runs"])
+                r["stats"]["drafted"] for r in patched[case]["runs"]
+            )
     assert rates["hybrid/k2"] == rates["hybrid/k4"] == 1.0
     assert 0.1 < rates["hybrid-noisy/k2"] < 1.0, rates  # partial acceptance: rollbacks happen
     assert rates["hybrid-random/k2"] < 0.2, rates

@@ -44,7 +44,9 @@ def mtp_prompts() -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def families(arms: Arms, repo_root: Path) -> dict[str, Any]:
-    built: dict[str, Any] = arms.stock.run_json(MTP_BUILD, {"out": str(repo_root / "build" / "models")})["models"]
+    built: dict[str, Any] = arms.stock.run_json(MTP_BUILD, {"out": str(repo_root / "build" / "models")})[
+        "models"
+    ]
     return built
 
 
@@ -56,10 +58,18 @@ def test_mtp_drafting_matches_serial(arms: Arms, families: dict[str, Any]) -> No
         cases.append({"id": f"{fam}/serial", "api": "serial", **base})
         for k in (1, 3):
             for adaptive in (False, True):
-                cases.append({"id": f"{fam}/k{k}/{adaptive}", "api": "spec", "target_config": KEEP, "k": k,
-                              "kwargs": {"draft_kind": "mtp", "adaptive_draft": adaptive}, "stats": True,
-                              **{k_: v for k_, v in base.items() if k_ != "target"},
-                              "target": families[fam]["dir"]})
+                cases.append(
+                    {
+                        "id": f"{fam}/k{k}/{adaptive}",
+                        "api": "spec",
+                        "target_config": KEEP,
+                        "k": k,
+                        "kwargs": {"draft_kind": "mtp", "adaptive_draft": adaptive},
+                        "stats": True,
+                        **{k_: v for k_, v in base.items() if k_ != "target"},
+                        "target": families[fam]["dir"],
+                    }
+                )
     stock = arms.stock.run_json(RUN, {"cases": [c for c in cases if c["api"] == "serial"]})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     accepted = 0
@@ -83,8 +93,24 @@ def test_mtp_drafting_matches_serial(arms: Arms, families: dict[str, Any]) -> No
 
 
 def _cli_text(arm: Any, model: str, *extra: str) -> str:
-    proc = arm.run(["-m", "mlx_lm", "generate", "--model", model, "--prompt", PROMPT_TEXT, "--max-tokens",
-                    str(TOKENS), "--temp", "0", "--ignore-chat-template", *extra], timeout=600)
+    proc = arm.run(
+        [
+            "-m",
+            "mlx_lm",
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            PROMPT_TEXT,
+            "--max-tokens",
+            str(TOKENS),
+            "--temp",
+            "0",
+            "--ignore-chat-template",
+            *extra,
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     parts = proc.stdout.split("==========")
     assert len(parts) >= 3, proc.stdout
@@ -92,7 +118,9 @@ def _cli_text(arm: Any, model: str, *extra: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def text_model(arms: Arms, families: dict[str, Any], repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+def text_model(
+    arms: Arms, families: dict[str, Any], repo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> str:
     """The qwen3_next MTP checkpoint (hybrid) with the word-level tokenizer of the spec models (``<i>`` = id i).
 
     Not qwen3_5: transformers picks its own Qwen3.5 tokenizer class for that model type."""
@@ -110,23 +138,50 @@ def test_mtp_cli_and_server(arms: Arms, text_model: str) -> None:
     model = text_model
     serial = _cli_text(arms.stock, model)
     assert _cli_text(arms.patched, model, "--draft-kind", "mtp", "--num-draft-tokens", "2") == serial
-    refused = arms.patched.run(["-m", "mlx_lm", "generate", "--model", model, "--draft-kind", "mtp",
-                                "--draft-model", model, "--prompt", "<5>"], timeout=600)
+    refused = arms.patched.run(
+        [
+            "-m",
+            "mlx_lm",
+            "generate",
+            "--model",
+            model,
+            "--draft-kind",
+            "mtp",
+            "--draft-model",
+            model,
+            "--prompt",
+            "<5>",
+        ],
+        timeout=600,
+    )
     assert refused.returncode != 0 and "drop --draft-model" in refused.stderr
     assert len(serial.split()) == TOKENS
 
     body = {"prompt": PROMPT_TEXT, "max_tokens": TOKENS, "temperature": 0}
-    result = arms.patched.run_json(SERVER, {
-        "args": ["--model", model, "--draft-kind", "mtp", "--adaptive-draft", "--num-draft-tokens", "3"],
-        "requests": [body, {**body, "draft_kind": "model"}, {**body, "draft_kind": "bogus"}],
-    }, timeout=900)
+    result = arms.patched.run_json(
+        SERVER,
+        {
+            "args": ["--model", model, "--draft-kind", "mtp", "--adaptive-draft", "--num-draft-tokens", "3"],
+            "requests": [body, {**body, "draft_kind": "model"}, {**body, "draft_kind": "bogus"}],
+        },
+        timeout=900,
+    )
     mtp, plain, bad = result["responses"]
     assert mtp["status"] == 200, result
     assert mtp["body"]["choices"][0]["text"].strip() == serial
     spec = mtp["body"]["usage"]["speculative"]
     assert spec["draft_kind"] == "mtp" and spec["emitted"] >= TOKENS
-    assert {"accepted", "drafted", "cycles", "acceptance_rate", "acceptance_length", "position_acceptance",
-            "k", "k_cycles", "serial_tokens"} <= set(spec)
+    assert {
+        "accepted",
+        "drafted",
+        "cycles",
+        "acceptance_rate",
+        "acceptance_length",
+        "position_acceptance",
+        "k",
+        "k_cycles",
+        "serial_tokens",
+    } <= set(spec)
     assert plain["status"] == 200 and plain["body"]["choices"][0]["text"].strip() == serial
     assert "speculative" not in plain["body"]["usage"]
     assert bad["status"] >= 400 and "draft_kind" in bad["body"]["error"]
@@ -140,8 +195,18 @@ def test_mtp_trained_head_is_accepted(arms: Arms, repo_root: Path) -> None:
     base = {"target": model, "max_tokens": 64}
     cases = [{"id": "serial", "api": "text_ids", "prompts": prompts, **base}]
     for k in (1, 3):
-        cases.append({"id": f"k{k}", "api": "text_ids", "prompts": prompts, "target_config": KEEP, "k": k,
-                      "kwargs": {"draft_kind": "mtp"}, "stats": True, **base})
+        cases.append(
+            {
+                "id": f"k{k}",
+                "api": "text_ids",
+                "prompts": prompts,
+                "target_config": KEEP,
+                "k": k,
+                "kwargs": {"draft_kind": "mtp"},
+                "stats": True,
+                **base,
+            }
+        )
     stock = arms.stock.run_json(RUN, {"cases": cases[:1]})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     ref = [r["tokens"] for r in stock["serial"]["runs"]]

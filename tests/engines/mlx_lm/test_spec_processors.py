@@ -31,8 +31,17 @@ def test_processors_see_prompt(arms: Arms, models: dict[str, str]) -> None:
             spec = {"api": "spec", "draft": models[draft], "k": k, **base}
             cases.append({"id": f"{target}/k{k}", "processors": PENALTY, **spec})
             cases.append({"id": f"{target}/k{k}-plain", **spec})
-        cases.append({"id": f"{target}/adaptive", "processors": PENALTY, "api": "spec", "draft": models[draft],
-                      "k": 3, "kwargs": {"adaptive_draft": True}, **base})
+        cases.append(
+            {
+                "id": f"{target}/adaptive",
+                "processors": PENALTY,
+                "api": "spec",
+                "draft": models[draft],
+                "k": 3,
+                "kwargs": {"adaptive_draft": True},
+                **base,
+            }
+        )
     stock = arms.stock.run_json(RUN, {"cases": cases})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
 

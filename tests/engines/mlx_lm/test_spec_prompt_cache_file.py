@@ -21,15 +21,45 @@ PROMPT = "<29> <33>"
 
 
 def _cached_text(arm: Any, model: str, cache: Path, *extra: str) -> str:
-    proc = arm.run(["-m", "mlx_lm", "generate", "--model", model, "--prompt-cache-file", str(cache), "--prompt",
-                    PROMPT, "--max-tokens", "24", "--temp", "0", "--ignore-chat-template", *extra], timeout=600)
+    proc = arm.run(
+        [
+            "-m",
+            "mlx_lm",
+            "generate",
+            "--model",
+            model,
+            "--prompt-cache-file",
+            str(cache),
+            "--prompt",
+            PROMPT,
+            "--max-tokens",
+            "24",
+            "--temp",
+            "0",
+            "--ignore-chat-template",
+            *extra,
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.split("==========")[1].strip()
 
 
 def _cache_prompt(arms: Arms, model: str, out: Path) -> Path:
-    proc = arms.stock.run(["-m", "mlx_lm", "cache_prompt", "--model", model, "--prompt", CACHED,
-                           "--prompt-cache-file", str(out)], timeout=600)
+    proc = arms.stock.run(
+        [
+            "-m",
+            "mlx_lm",
+            "cache_prompt",
+            "--model",
+            model,
+            "--prompt",
+            CACHED,
+            "--prompt-cache-file",
+            str(out),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 
@@ -38,7 +68,9 @@ def test_prompt_cache_file_with_mtp(arms: Arms, text_model: str, tmp_path: Path)
     cache = _cache_prompt(arms, text_model, tmp_path / "mtp.safetensors")
     ref = _cached_text(arms.stock, text_model, cache)
     assert ref
-    assert _cached_text(arms.patched, text_model, cache, "--draft-kind", "mtp", "--num-draft-tokens", "2") == ref
+    assert (
+        _cached_text(arms.patched, text_model, cache, "--draft-kind", "mtp", "--num-draft-tokens", "2") == ref
+    )
 
 
 def test_prompt_cache_file_with_draft_model(arms: Arms, models: dict[str, str], tmp_path: Path) -> None:

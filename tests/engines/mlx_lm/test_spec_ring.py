@@ -31,18 +31,38 @@ LOGITS_TOL = 1e-4
 @pytest.fixture(scope="module")
 def runs(arms: Arms, models: dict[str, str]) -> dict[str, Any]:
     prompts = spec_prompts(4)
-    base = {"target": models["qwen3"], "draft": models["qwen3-noisy"], "k": 3, "max_tokens": TOKENS,
-            "prompts": prompts}
+    base = {
+        "target": models["qwen3"],
+        "draft": models["qwen3-noisy"],
+        "k": 3,
+        "max_tokens": TOKENS,
+        "prompts": prompts,
+    }
     cases: list[dict[str, Any]] = [
-        {"id": "serial", "api": "serial", "target": models["qwen3"], "max_tokens": TOKENS, "prompts": prompts},
+        {
+            "id": "serial",
+            "api": "serial",
+            "target": models["qwen3"],
+            "max_tokens": TOKENS,
+            "prompts": prompts,
+        },
         {"id": "stream-ring", "api": "stream", "kwargs": {"draft_max_kv_size": 16}, **base},
-        {"id": "unit", "api": "ring_unit", "target": models["qwen3-noisy"], "window": 8, "slack": SLACK,
-         "prompts": prompts[:2]},
+        {
+            "id": "unit",
+            "api": "ring_unit",
+            "target": models["qwen3-noisy"],
+            "window": 8,
+            "slack": SLACK,
+            "prompts": prompts[:2],
+        },
     ]
     for w in WINDOWS:
-        cases.append({"id": f"ring{w}", "api": "spec", "cache": {"draft": "ring", "window": w, "slack": SLACK},
-                      **base})
-        cases.append({"id": f"rotating{w}", "api": "spec", "cache": {"draft": "rotating", "window": w}, **base})
+        cases.append(
+            {"id": f"ring{w}", "api": "spec", "cache": {"draft": "ring", "window": w, "slack": SLACK}, **base}
+        )
+        cases.append(
+            {"id": f"rotating{w}", "api": "spec", "cache": {"draft": "rotating", "window": w}, **base}
+        )
     return {arm.name: arm.run_json(RUN, {"cases": cases})["cases"] for arm in (arms.stock, arms.patched)}
 
 

@@ -41,8 +41,14 @@ UNIT_ROWS = 50_000
 ALPHA = 1e-3
 CONFIGS = [
     {"name": "t0.7", "temp": 0.7},
-    {"name": "t1.0+filters+penalty", "temp": 1.0, "top_k": 20, "top_p": 0.95, "min_p": 0.02,
-     "repetition_penalty": 1.3},
+    {
+        "name": "t1.0+filters+penalty",
+        "temp": 1.0,
+        "top_k": 20,
+        "top_p": 0.95,
+        "min_p": 0.02,
+        "repetition_penalty": 1.3,
+    },
 ]
 
 
@@ -104,14 +110,28 @@ def test_chi_square_helper_matches_known_quantiles() -> None:
 @pytest.fixture(scope="module")
 def drafter(arms: Arms, models: dict[str, str]) -> str:
     path = models["qwen3"] + "-noise15"
-    arms.stock.run_json(PROBE, {"build": {"path": path, "arch": "qwen3", "seed": 11, "like": models["qwen3"],
-                                          "noise": 0.15}, "target": models["qwen3"], "draft": None})
+    arms.stock.run_json(
+        PROBE,
+        {
+            "build": {"path": path, "arch": "qwen3", "seed": 11, "like": models["qwen3"], "noise": 0.15},
+            "target": models["qwen3"],
+            "draft": None,
+        },
+    )
     return path
 
 
 def _payload(models: dict[str, str], draft: str, **extra: Any) -> dict[str, Any]:
-    return {"target": models["qwen3"], "draft": draft, "prompt": PROMPT, "k": 2, "runs": RUNS, "configs": CONFIGS,
-            "unit_rows": UNIT_ROWS, **extra}
+    return {
+        "target": models["qwen3"],
+        "draft": draft,
+        "prompt": PROMPT,
+        "k": 2,
+        "runs": RUNS,
+        "configs": CONFIGS,
+        "unit_rows": UNIT_ROWS,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +142,9 @@ def results(arms: Arms, models: dict[str, str], drafter: str) -> dict[str, Any]:
     out["spec"] = arms.patched.run_json(PROBE, _payload(models, drafter, mode="spec"))
     one = [CONFIGS[0]]
     out["wrong"] = arms.patched.run_json(PROBE, _payload(models, drafter, mode="wrong", configs=one))
-    out["exact"] = arms.patched.run_json(PROBE, _payload(models, drafter, mode="exact", configs=one, runs=RUNS // 2))
+    out["exact"] = arms.patched.run_json(
+        PROBE, _payload(models, drafter, mode="exact", configs=one, runs=RUNS // 2)
+    )
     return out
 
 
@@ -136,22 +158,31 @@ def test_reference_matches_stock_serial_sampling(results: dict[str, Any]) -> Non
         ref = results["reference"][cfg["name"]]
         for pos in (0, 1):
             stat, df, p = chi_square_p(results["serial"]["counts"][cfg["name"]][pos], ref[f"p{pos}"])
-            assert p > ALPHA, f"{cfg['name']} position {pos}: stock serial vs reference chi2={stat:.1f} df={df}"
+            assert p > ALPHA, (
+                f"{cfg['name']} position {pos}: stock serial vs reference chi2={stat:.1f} df={df}"
+            )
 
 
 def test_speculative_sampling_matches_serial_distribution(results: dict[str, Any]) -> None:
     for cfg in CONFIGS:
         name = cfg["name"]
         ref = results["reference"][name]
-        assert 0.2 < ref["accept_min"] < 0.95, "the drafter must be partly right for the test to mean anything"
+        assert 0.2 < ref["accept_min"] < 0.95, (
+            "the drafter must be partly right for the test to mean anything"
+        )
         for pos in (0, 1):
             stat, df, p = chi_square_p(results["spec"]["counts"][name][pos], ref[f"p{pos}"])
             assert df >= 3
-            assert p > ALPHA, f"{name} position {pos}: speculative vs serial chi2={stat:.1f} df={df} p={p:.2e}"
+            assert p > ALPHA, (
+                f"{name} position {pos}: speculative vs serial chi2={stat:.1f} df={df} p={p:.2e}"
+            )
         n = results["spec"]["first_drafted"][name]
         assert n == RUNS
         assert _acceptance_ok(results["spec"]["first_accept"][name], n, ref["accept_min"]), (
-            name, results["spec"]["first_accept"][name] / n, ref["accept_min"])
+            name,
+            results["spec"]["first_accept"][name] / n,
+            ref["accept_min"],
+        )
 
 
 def test_wrong_residual_is_detected(results: dict[str, Any]) -> None:
@@ -169,7 +200,10 @@ def test_speculative_accept_vectorised(results: dict[str, Any]) -> None:
         stat, df, p = chi_square_p(right["counts"], ref["p0"])
         assert p > ALPHA, f"{name}: speculative_accept vs p chi2={stat:.1f} df={df} p={p:.2e}"
         assert _acceptance_ok(right["accepted"], UNIT_ROWS, ref["accept_min"]), (
-            name, right["accepted"] / UNIT_ROWS, ref["accept_min"])
+            name,
+            right["accepted"] / UNIT_ROWS,
+            ref["accept_min"],
+        )
         stat, df, p = chi_square_p(wrong["counts"], ref["p0"])
         assert p < 1e-12, f"{name}: the wrong residual passed (chi2={stat:.1f} df={df})"
 

@@ -21,8 +21,23 @@ TURN1 = "<5> <9> <13> <17> <21>"
 
 
 def _cli(arm: Any, model: str, prompt: str, tokens: int) -> str:
-    proc = arm.run(["-m", "mlx_lm", "generate", "--model", model, "--prompt", prompt, "--max-tokens", str(tokens),
-                    "--temp", "0", "--ignore-chat-template"], timeout=600)
+    proc = arm.run(
+        [
+            "-m",
+            "mlx_lm",
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            str(tokens),
+            "--temp",
+            "0",
+            "--ignore-chat-template",
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.split("==========")[1].strip()
 
@@ -32,11 +47,17 @@ def test_second_turn_reuses_a_complete_cache(arms: Arms, models: dict[str, str])
     first = _cli(arms.stock, model, TURN1, 4)
     turn2 = f"{TURN1} {first} <7> <8>"
     ref = _cli(arms.stock, model, turn2, 12)
-    result = arms.patched.run_json(SERVER, {
-        "args": ["--model", model, "--draft-model", model, "--num-draft-tokens", "3"],
-        "requests": [{"prompt": TURN1, "max_tokens": 4, "temperature": 0},
-                     {"prompt": turn2, "max_tokens": 12, "temperature": 0}],
-    }, timeout=900)
+    result = arms.patched.run_json(
+        SERVER,
+        {
+            "args": ["--model", model, "--draft-model", model, "--num-draft-tokens", "3"],
+            "requests": [
+                {"prompt": TURN1, "max_tokens": 4, "temperature": 0},
+                {"prompt": turn2, "max_tokens": 12, "temperature": 0},
+            ],
+        },
+        timeout=900,
+    )
     one, two = (r["body"] for r in result["responses"])
     assert one["choices"][0]["text"].strip() == first
     spec = one["usage"]["speculative"]

@@ -20,12 +20,22 @@ from overlay.check.envs import Arms
 def test_rotating_snapshot_restores_its_own_window(arms: Arms, models: dict[str, str]) -> None:
     prompts = spec_prompts()
     setups = [("qwen3", 8), ("qwen3", 16), ("gemma", None), ("hybrid", None), ("qwen3", None)]
-    cases = [{"id": f"{name}/{window}", "api": "rollback_unit", "target": models[name], "prompts": prompts,
-              "max_kv_size": window} for name, window in setups]
+    cases = [
+        {
+            "id": f"{name}/{window}",
+            "api": "rollback_unit",
+            "target": models[name],
+            "prompts": prompts,
+            "max_kv_size": window,
+        }
+        for name, window in setups
+    ]
     res = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     for case in cases:
         out = res[case["id"]]
         assert "error" not in out, out
         for run in out["runs"]:
             assert run["restored_offset"] == run["reference_offset"], case["id"]
-            assert run["max_abs_diff"] == 0.0, f"{case['id']}: the restored cache differs by {run['max_abs_diff']}"
+            assert run["max_abs_diff"] == 0.0, (
+                f"{case['id']}: the restored cache differs by {run['max_abs_diff']}"
+            )

@@ -31,10 +31,21 @@ def spec_prompts(seed: int = 0, lengths: tuple[int, ...] = (8, 20, 40), vocab: i
 @pytest.fixture(scope="module")
 def runs(arms: Arms, models: dict[str, str]) -> dict[str, Any]:
     prompts = spec_prompts()
-    base = {"target": models["qwen3"], "draft": models["qwen3-noisy"], "k": K, "max_tokens": TOKENS,
-            "prompts": prompts}
+    base = {
+        "target": models["qwen3"],
+        "draft": models["qwen3-noisy"],
+        "k": K,
+        "max_tokens": TOKENS,
+        "prompts": prompts,
+    }
     cases = [
-        {"id": "serial", "api": "serial", "target": models["qwen3"], "max_tokens": TOKENS, "prompts": prompts},
+        {
+            "id": "serial",
+            "api": "serial",
+            "target": models["qwen3"],
+            "max_tokens": TOKENS,
+            "prompts": prompts,
+        },
         {"id": "spec", "api": "spec", "stats": True, **base},
         {"id": "stream", "api": "stream", **base},
     ]

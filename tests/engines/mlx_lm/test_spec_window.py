@@ -40,11 +40,29 @@ def runs(arms: Arms, models: dict[str, str]) -> dict[str, Any]:
         if ref not in refs:
             refs.add(ref)
             kwargs = {"max_kv_size": window} if window else {}
-            cases.append({"id": ref, "api": "serial", "target": target, "max_tokens": TOKENS, "prompts": prompts,
-                          "kwargs": kwargs})
+            cases.append(
+                {
+                    "id": ref,
+                    "api": "serial",
+                    "target": target,
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "kwargs": kwargs,
+                }
+            )
         for k in (2, 3):
-            cases.append({"id": f"{name}/k{k}", "api": "spec", "target": target, "draft": draft, "k": k,
-                          "max_tokens": TOKENS, "prompts": prompts, "cache": {"max_kv_size": window}})
+            cases.append(
+                {
+                    "id": f"{name}/k{k}",
+                    "api": "spec",
+                    "target": target,
+                    "draft": draft,
+                    "k": k,
+                    "max_tokens": TOKENS,
+                    "prompts": prompts,
+                    "cache": {"max_kv_size": window},
+                }
+            )
     return {arm.name: arm.run_json(RUN, {"cases": cases})["cases"] for arm in (arms.stock, arms.patched)}
 
 
@@ -54,7 +72,9 @@ def test_sliding_window_target_matches_serial(runs: dict[str, Any], models: dict
     total = 0
     for name, _, _, _ in _configs(models):
         ref = stock[f"serial/{name.split('/')[0]}"]["runs"]
-        assert [r["tokens"] for r in patched[f"serial/{name.split('/')[0]}"]["runs"]] == [r["tokens"] for r in ref]
+        assert [r["tokens"] for r in patched[f"serial/{name.split('/')[0]}"]["runs"]] == [
+            r["tokens"] for r in ref
+        ]
         for k in (2, 3):
             case = f"{name}/k{k}"
             assert "error" not in stock[case] and "error" not in patched[case], (stock[case], patched[case])

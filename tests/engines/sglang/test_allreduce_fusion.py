@@ -18,4 +18,3 @@ def test_ar_norm_group_quant_reference(units: UnitCases) -> None:
     assert new["dequant_max_rel_err"] <= 32 / 448
     assert new["scales_pow2"] and new["scales_cover_max"]
     assert new["packed_exponents_ok"] and new["deepgemm_layout_ok"]
-

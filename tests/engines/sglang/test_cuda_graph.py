@@ -35,5 +35,7 @@ def test_graph_greedy_verify_epilogue(units: UnitCases) -> None:
         else:
             assert patched_ops[step] == stock_ops[step], (step, patched_ops[step])
     # In the graph: the stock tail itself (zero/fill the static outputs, argmax, the stock kernel), not a re-implementation.
-    steady = [ops for ops in patched["graph_launches"] if "arange" not in ops]  # a width's first capture allocates
+    steady = [
+        ops for ops in patched["graph_launches"] if "arange" not in ops
+    ]  # a width's first capture allocates
     assert steady and all(ops == ["zero_", "fill_", "argmax", "verify_tree_greedy"] for ops in steady), steady

@@ -23,9 +23,15 @@ def test_device_check_dry_run(arms: Arms, tmp_path: Path) -> None:
     proc = arms.patched.run(
         [
             str(REPO / "scripts" / "device" / "sglang_check.py"),
-            "--stock", str(arms.stock.site_packages),
-            "--patched", str(arms.patched.site_packages),
-            "--dry-run", "--iters", "2", "--out", str(out),
+            "--stock",
+            str(arms.stock.site_packages),
+            "--patched",
+            str(arms.patched.site_packages),
+            "--dry-run",
+            "--iters",
+            "2",
+            "--out",
+            str(out),
         ],
         timeout=1200,
     )

@@ -14,4 +14,3 @@ def test_pp_tail_host_seq_lens(units: UnitCases) -> None:
     for key in ("flag0_needs1", "flag0_needs0", "flag1_needs1"):
         assert new[key] == stock["ref"], key
     assert new["flag1_needs0"] is None
-

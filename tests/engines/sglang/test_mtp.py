@@ -34,8 +34,15 @@ def test_acceptance_stats_by_regime(units: UnitCases, arms: Arms) -> None:
     stock_unit, patched_unit = units.case("accept_stats")
     assert stock_unit["new"] is None
     new = patched_unit["new"]
-    assert new["buckets"] == {"0.0": "greedy", "0.3": "(0,0.5]", "0.5": "(0,0.5]", "0.7": "(0.5,0.9]",
-                              "1.0": "(0.9,1.1]", "1.5": ">1.1", "topk1": "greedy"}
+    assert new["buckets"] == {
+        "0.0": "greedy",
+        "0.3": "(0,0.5]",
+        "0.5": "(0,0.5]",
+        "0.7": "(0.5,0.9]",
+        "1.0": "(0.9,1.1]",
+        "1.5": ">1.1",
+        "topk1": "greedy",
+    }
     chat = next(r for r in new["snapshot"] if r["workload"] == "chat")
     assert chat["correct_drafts_histogram"] == [1, 1, 0, 2]
     assert chat["mean_accept_length"] == 2.75 and chat["accept_rate_by_position"] == [0.75, 0.5, 0.5]

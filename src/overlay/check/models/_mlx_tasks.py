@@ -65,11 +65,14 @@ def batches(stream: np.ndarray, spec: dict[str, Any], seed: int, width: int) -> 
     high = len(stream) - width
     for _ in range(spec["steps"]):
         starts = [rng.randrange(0, high) for _ in range(spec["batch_size"])]
-        yield mx.array(np.stack([stream[s:s + width] for s in starts]))
+        yield mx.array(np.stack([stream[s : s + width] for s in starts]))
 
 
 def summarise(losses: list[float], every: int = 10) -> list[float]:
-    return [round(sum(losses[i:i + every]) / len(losses[i:i + every]), 4) for i in range(0, len(losses), every)]
+    return [
+        round(sum(losses[i : i + every]) / len(losses[i : i + every]), 4)
+        for i in range(0, len(losses), every)
+    ]
 
 
 def load(model_dir: str) -> tuple[Any, dict[str, Any]]:
@@ -109,9 +112,13 @@ def train_lm(req: dict[str, Any]) -> dict[str, Any]:
             log(f"train_lm step {i} loss {losses[-1]:.4f} ({time.perf_counter() - started:.1f} s)")
     seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu0
     mx.save_safetensors(req["out"], dict(tree_flatten(model.parameters())))
-    return {"losses": summarise(losses), "steps": spec["steps"],
-            "tokens_per_step": spec["batch_size"] * spec["seq_len"], "seconds": round(seconds, 3),
-            "cpu_seconds": round(cpu, 3)}
+    return {
+        "losses": summarise(losses),
+        "steps": spec["steps"],
+        "tokens_per_step": spec["batch_size"] * spec["seq_len"],
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+    }
 
 
 def train_mtp(req: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +141,7 @@ def train_mtp(req: dict[str, Any]) -> dict[str, Any]:
         """Target hidden states after the final norm, in chunks (the batch dimension is cheap, positions are not)."""
         chunks = []
         for i in range(0, tokens.shape[0], 128):
-            h = text.model(tokens[i:i + 128])
+            h = text.model(tokens[i : i + 128])
             mx.eval(h)
             chunks.append(h)
         return mx.concatenate(chunks)
@@ -156,14 +163,16 @@ def train_mtp(req: dict[str, Any]) -> dict[str, Any]:
     started, cpu0 = time.perf_counter(), cpu_seconds()
     bsz, passes = spec["batch_size"], max(1, spec["passes"])
     distinct = -(-spec["steps"] // passes)
-    tokens_all = mx.concatenate(list(batches(stream, {**spec, "steps": distinct}, seed + 1, spec["seq_len"] + 1)))
+    tokens_all = mx.concatenate(
+        list(batches(stream, {**spec, "steps": distinct}, seed + 1, spec["seq_len"] + 1))
+    )
     hidden_all = hidden_of(tokens_all)
     hidden_seconds = time.perf_counter() - started
     log(f"train_mtp: target hidden states for {tokens_all.shape[0]} windows ({hidden_seconds:.1f} s)")
     losses = []
     for i in range(spec["steps"]):
         j = i % distinct
-        loss = step(tokens_all[j * bsz:(j + 1) * bsz], hidden_all[j * bsz:(j + 1) * bsz])
+        loss = step(tokens_all[j * bsz : (j + 1) * bsz], hidden_all[j * bsz : (j + 1) * bsz])
         mx.eval(state, loss)
         losses.append(float(loss.item()))
         if i % 20 == 0 or i == spec["steps"] - 1:
@@ -176,10 +185,15 @@ def train_mtp(req: dict[str, Any]) -> dict[str, Any]:
     hidden, embeds, teacher = split(held, hidden_of(held))
     agree = mx.mean(mx.argmax(mlx_mtp.lm_head(model, head(hidden, embeds)), -1) == mx.argmax(teacher, -1))
     mx.save_safetensors(req["out"], dict(tree_flatten(head.parameters())))
-    return {"losses": summarise(losses), "steps": spec["steps"],
-            "tokens_per_step": spec["batch_size"] * spec["seq_len"], "seconds": round(seconds, 3),
-            "cpu_seconds": round(cpu, 3), "hidden_seconds": round(hidden_seconds, 3),
-            "heldout_top1_agreement": round(float(agree.item()), 4)}
+    return {
+        "losses": summarise(losses),
+        "steps": spec["steps"],
+        "tokens_per_step": spec["batch_size"] * spec["seq_len"],
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "hidden_seconds": round(hidden_seconds, 3),
+        "heldout_top1_agreement": round(float(agree.item()), 4),
+    }
 
 
 def measure_mtp(req: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +205,10 @@ def measure_mtp(req: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     serial = [mlx_mtp.serial_greedy(model, p, max_tokens=max_tokens) for p in req["prompts"]]
     for k in req["k"]:
-        runs = [mlx_mtp.speculative_greedy(model, head, p, max_tokens=max_tokens, k=int(k)) for p in req["prompts"]]
+        runs = [
+            mlx_mtp.speculative_greedy(model, head, p, max_tokens=max_tokens, k=int(k))
+            for p in req["prompts"]
+        ]
         drafted = sum(r["drafted"] for r in runs)
         accepted = sum(r["accepted"] for r in runs)
         cycles = sum(r["cycles"] for r in runs)
@@ -202,7 +219,9 @@ def measure_mtp(req: dict[str, Any]) -> dict[str, Any]:
             "acceptance_rate": round(accepted / drafted, 4) if drafted else math.nan,
             "acceptance_length": round(1 + accepted / cycles, 4) if cycles else math.nan,
             "accepted_per_position": per_position,
-            "per_prompt_rate": [round(r["accepted"] / r["drafted"], 4) if r["drafted"] else None for r in runs],
+            "per_prompt_rate": [
+                round(r["accepted"] / r["drafted"], 4) if r["drafted"] else None for r in runs
+            ],
             "identical_to_serial": sum(r["tokens"] == s for r, s in zip(runs, serial)),
             "prompts": len(runs),
         }
@@ -238,7 +257,8 @@ def compare_models(req: dict[str, Any]) -> dict[str, Any]:
         bit_exact = bit_exact and bool(mx.array_equal(a, b).item())
         max_abs = max(max_abs, float(mx.max(mx.abs(a - b)).item()))
         same += mlx_mtp.serial_greedy(base, prompt, max_tokens=max_tokens) == mlx_mtp.serial_greedy(
-            other, prompt, max_tokens=max_tokens)
+            other, prompt, max_tokens=max_tokens
+        )
     costs = {name: _decode_cost(m, req["prompts"][0], 64) for name, m in (("base", base), ("other", other))}
     return {
         "logits_bit_exact": bit_exact,
@@ -265,8 +285,11 @@ def measure_draft(req: dict[str, Any]) -> dict[str, Any]:
         serial = mlx_mtp.serial_greedy(target, prompt, max_tokens=max_tokens)
         serial_s += time.perf_counter() - t
         t = time.perf_counter()
-        out = list(generate.speculative_generate_step(mx.array(prompt), target, draft, num_draft_tokens=k,
-                                                      max_tokens=max_tokens, sampler=_greedy))
+        out = list(
+            generate.speculative_generate_step(
+                mx.array(prompt), target, draft, num_draft_tokens=k, max_tokens=max_tokens, sampler=_greedy
+            )
+        )
         spec_s += time.perf_counter() - t
         tokens = [int(tok) for tok, _, _ in out]
         from_draft += sum(bool(flag) for _, _, flag in out)

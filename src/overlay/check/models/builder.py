@@ -124,12 +124,7 @@ Builder = Callable[[Recipe, Path, BuildContext], dict[str, Any]]
 
 
 def build(
-    kind: str,
-    *,
-    root: Path,
-    seed: int = 0,
-    python: Path | None = None,
-    reporter: Reporter | None = None,
+    kind: str, *, root: Path, seed: int = 0, python: Path | None = None, reporter: Reporter | None = None
 ) -> Path:
     """Build (or find in the cache) the model directory of ``kind`` and return its path.
 
@@ -153,7 +148,9 @@ def build(
         with owned_scratch(models_dir(root) / ".tmp", final.name) as scratch:
             out = scratch / "model"
             out.mkdir()
-            ctx = BuildContext(kind=kind, root=root, seed=seed, scratch=scratch, python=python, reporter=reporter)
+            ctx = BuildContext(
+                kind=kind, root=root, seed=seed, scratch=scratch, python=python, reporter=reporter
+            )
             reporter.step("model", f"building {kind} -> {final.name}")
             details = _BUILDERS[type(recipe)](recipe, out, ctx)
             timings = details.pop("timings", {})
@@ -224,7 +221,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return data
 
 
-def _config_and_tensors(recipe: RandomRecipe | TrainedRecipe, init: W.Init) -> tuple[dict[str, Any], W.Tensors]:
+def _config_and_tensors(
+    recipe: RandomRecipe | TrainedRecipe, init: W.Init
+) -> tuple[dict[str, Any], W.Tensors]:
     shape = recipe.shape
     if isinstance(shape, LlamaShape):
         return W.llama_config(shape), W.llama_weights(shape, init)
@@ -255,8 +254,11 @@ def _build_random(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, Any
     t0 = time.perf_counter()
     config, tensors = _config_and_tensors(recipe, W.Init(ctx.seed, recipe.init_scale))
     _write_model_files(out, config, tensors)
-    return {"description": recipe.description, **_mtp_details(recipe),
-            "timings": {"weights_s": round(time.perf_counter() - t0, 3)}}
+    return {
+        "description": recipe.description,
+        **_mtp_details(recipe),
+        "timings": {"weights_s": round(time.perf_counter() - t0, 3)},
+    }
 
 
 # ----------------------------------------------------------------------------------------------- trained kinds
@@ -279,8 +281,14 @@ def mlx_env() -> dict[str, str]:
     """Environment of mlx subprocesses: Debian OpenBLAS preloaded when present (fp32 GEMM ~20x faster than mlx's
     bundled reference BLAS), offline Hugging Face, and a private TMPDIR (:func:`mlx_tmpdir`)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONNOUSERSITE": "1",
-                "TMPDIR": str(mlx_tmpdir())})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONNOUSERSITE": "1",
+            "TMPDIR": str(mlx_tmpdir()),
+        }
+    )
     if OPENBLAS.exists() and str(OPENBLAS) not in env.get("LD_PRELOAD", ""):
         env["LD_PRELOAD"] = " ".join(p for p in (str(OPENBLAS), env.get("LD_PRELOAD", "")) if p)
     return env
@@ -298,8 +306,9 @@ def probe_mlx_python(python: Path) -> dict[str, str]:
         "print(json.dumps({'mlx': m.version('mlx'), 'mlx_lm': m.version('mlx-lm')}))"
     )
     try:
-        proc = subprocess.run([str(python), "-c", code], check=False, capture_output=True, text=True,
-                              env=mlx_env(), timeout=300)
+        proc = subprocess.run(
+            [str(python), "-c", code], check=False, capture_output=True, text=True, env=mlx_env(), timeout=300
+        )
     except OSError as exc:
         raise UsageError(f"cannot run the interpreter {python}: {exc}", tip=MLX_HINT) from None
     if proc.returncode != 0:
@@ -408,7 +417,7 @@ def _from_mlx_qwen35(trained: Mapping[str, np.ndarray]) -> W.Tensors:
         if name == "language_model.lm_head.weight":
             hf = "lm_head.weight"
         elif name.startswith("language_model.model."):
-            hf = W.QWEN35_PREFIX + "." + name[len("language_model.model."):]
+            hf = W.QWEN35_PREFIX + "." + name[len("language_model.model.") :]
         else:
             raise ValueError(f"unexpected qwen3_5 parameter {name}")
         if hf.endswith("conv1d.weight"):
@@ -445,10 +454,18 @@ def _build_trained(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, An
 
     ctx.reporter.step("model", f"training {ctx.kind} ({recipe.train.steps} steps) with {python}")
     trained_path = ctx.scratch / "trained.safetensors"
-    result = run_mlx_script(python, {
-        "task": "train_lm", "model": str(out), "data": str(data), "spec": _spec_payload(recipe.train),
-        "seed": ctx.seed, "out": str(trained_path),
-    }, f"training {ctx.kind}")
+    result = run_mlx_script(
+        python,
+        {
+            "task": "train_lm",
+            "model": str(out),
+            "data": str(data),
+            "spec": _spec_payload(recipe.train),
+            "seed": ctx.seed,
+            "out": str(trained_path),
+        },
+        f"training {ctx.kind}",
+    )
     timings["train_s"] = result["seconds"]
     timings["train_cpu_s"] = result["cpu_seconds"]
     trained = load_tensors(trained_path)
@@ -463,16 +480,26 @@ def _build_trained(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, An
         save_tensors(out / "model.safetensors", tensors)
         ctx.reporter.step("model", f"training the MTP head of {ctx.kind} ({recipe.mtp_train.steps} steps)")
         mtp_path = ctx.scratch / "mtp.safetensors"
-        result = run_mlx_script(python, {
-            "task": "train_mtp", "model": str(out), "data": str(data), "spec": _spec_payload(recipe.mtp_train),
-            "seed": ctx.seed, "out": str(mtp_path),
-        }, f"training the MTP head of {ctx.kind}")
+        result = run_mlx_script(
+            python,
+            {
+                "task": "train_mtp",
+                "model": str(out),
+                "data": str(data),
+                "spec": _spec_payload(recipe.mtp_train),
+                "seed": ctx.seed,
+                "out": str(mtp_path),
+            },
+            f"training the MTP head of {ctx.kind}",
+        )
         timings["train_mtp_s"] = result["seconds"]
         timings["train_mtp_cpu_s"] = result["cpu_seconds"]
         timings["train_mtp_hidden_s"] = result["hidden_seconds"]
         tensors = {n: v for n, v in tensors.items() if not n.startswith("mtp.")}
         tensors.update(_from_mlx_mtp(load_tensors(mtp_path)))
-        training["mtp"] = {k: result[k] for k in ("losses", "steps", "tokens_per_step", "heldout_top1_agreement")}
+        training["mtp"] = {
+            k: result[k] for k in ("losses", "steps", "tokens_per_step", "heldout_top1_agreement")
+        }
     save_tensors(out / "model.safetensors", tensors)
     return {
         "description": recipe.description,
@@ -524,30 +551,48 @@ def _build_heavy(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, Any]
     shape = base_recipe.shape
     intermediate = recipe.intermediate_size or shape.intermediate_size
     if intermediate < shape.intermediate_size:
-        raise UsageError(f"{ctx.kind}: intermediate_size {intermediate} < {shape.intermediate_size} of {recipe.base}")
+        raise UsageError(
+            f"{ctx.kind}: intermediate_size {intermediate} < {shape.intermediate_size} of {recipe.base}"
+        )
     if intermediate != shape.intermediate_size:
         _widen_mlps(tensors, intermediate)  # main layers (and a qwen MTP layer: it shares intermediate_size)
     n = shape.num_hidden_layers
     if isinstance(shape, LlamaShape):
         wide = dataclasses.replace(shape, intermediate_size=intermediate)
         for i in range(n, n + recipe.extra_layers):
-            tensors.update(_kill(W.llama_layer(init, f"model.layers.{i}", wide, n_layers=n + recipe.extra_layers)))
+            tensors.update(
+                _kill(W.llama_layer(init, f"model.layers.{i}", wide, n_layers=n + recipe.extra_layers))
+            )
         config["num_hidden_layers"] = n + recipe.extra_layers
         config["intermediate_size"] = intermediate
     elif isinstance(shape, Qwen35Shape):
         if recipe.extra_layers % shape.full_attention_interval:
-            raise UsageError(f"{ctx.kind}: extra_layers must be a multiple of {shape.full_attention_interval}")
-        wide_q = dataclasses.replace(shape, intermediate_size=intermediate, num_hidden_layers=n + recipe.extra_layers)
+            raise UsageError(
+                f"{ctx.kind}: extra_layers must be a multiple of {shape.full_attention_interval}"
+            )
+        wide_q = dataclasses.replace(
+            shape, intermediate_size=intermediate, num_hidden_layers=n + recipe.extra_layers
+        )
         for i, layer_type in enumerate(W.qwen35_layer_types(wide_q)[n:], start=n):
-            tensors.update(_kill(W.qwen35_layer(init, f"{W.QWEN35_PREFIX}.layers.{i}", wide_q,
-                                                linear=layer_type == "linear_attention",
-                                                n_layers=wide_q.num_hidden_layers)))
+            tensors.update(
+                _kill(
+                    W.qwen35_layer(
+                        init,
+                        f"{W.QWEN35_PREFIX}.layers.{i}",
+                        wide_q,
+                        linear=layer_type == "linear_attention",
+                        n_layers=wide_q.num_hidden_layers,
+                    )
+                )
+            )
         text = config["text_config"]
         text["num_hidden_layers"] = wide_q.num_hidden_layers
         text["intermediate_size"] = intermediate
         text["layer_types"] = W.qwen35_layer_types(wide_q)
     else:
-        raise UsageError(f"{ctx.kind}: heavy variants exist for llama and qwen3_5, not {type(shape).__name__}")
+        raise UsageError(
+            f"{ctx.kind}: heavy variants exist for llama and qwen3_5, not {type(shape).__name__}"
+        )
     _write_model_files(out, config, tensors)
     return {
         "description": recipe.description,

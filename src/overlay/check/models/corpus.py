@@ -19,23 +19,104 @@ CORPUS_VERSION: Final = 3
 
 CATEGORIES: Final = ("code", "prose", "json", "sql", "repetitive")
 
-_ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_ONES = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
 _TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
-_NOUNS = ("cat", "dog", "bird", "fox", "horse", "farmer", "king", "queen", "child", "teacher", "river", "tree",
-          "house", "garden", "boat", "city", "road", "window", "book", "letter")
-_ADJECTIVES = ("quick", "brown", "lazy", "small", "old", "young", "happy", "quiet", "green", "bright", "dark", "tall")
-_VERBS_PAST = ("saw", "found", "followed", "watched", "helped", "visited", "painted", "carried", "opened", "crossed")
+_NOUNS = (
+    "cat",
+    "dog",
+    "bird",
+    "fox",
+    "horse",
+    "farmer",
+    "king",
+    "queen",
+    "child",
+    "teacher",
+    "river",
+    "tree",
+    "house",
+    "garden",
+    "boat",
+    "city",
+    "road",
+    "window",
+    "book",
+    "letter",
+)
+_ADJECTIVES = (
+    "quick",
+    "brown",
+    "lazy",
+    "small",
+    "old",
+    "young",
+    "happy",
+    "quiet",
+    "green",
+    "bright",
+    "dark",
+    "tall",
+)
+_VERBS_PAST = (
+    "saw",
+    "found",
+    "followed",
+    "watched",
+    "helped",
+    "visited",
+    "painted",
+    "carried",
+    "opened",
+    "crossed",
+)
 _PLACES = ("hill", "forest", "market", "village", "lake", "bridge", "field", "castle", "station", "harbor")
 _PREPOSITIONS = ("near", "behind", "under", "beside", "across", "above")
 _TIMES = ("In the morning", "At noon", "In the evening", "At night", "Once upon a time", "Every day", "Later")
 
-_PEOPLE = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "oscar")
+_PEOPLE = (
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "erin",
+    "frank",
+    "grace",
+    "heidi",
+    "ivan",
+    "judy",
+    "mallory",
+    "oscar",
+)
 _CITIES = ("paris", "london", "berlin", "madrid", "rome", "vienna", "oslo", "lisbon", "dublin", "prague")
 _ITEMS = ("apple", "bread", "cheese", "milk", "rice", "tea", "coffee", "sugar", "butter", "honey")
-_TABLES = (("users", ("id", "name", "age", "city")), ("orders", ("id", "item", "qty", "price")),
-           ("products", ("id", "name", "price", "stock")), ("events", ("id", "kind", "day", "count")))
+_TABLES = (
+    ("users", ("id", "name", "age", "city")),
+    ("orders", ("id", "item", "qty", "price")),
+    ("products", ("id", "name", "price", "stock")),
+    ("events", ("id", "kind", "day", "count")),
+)
 
 _CODE_NOUNS = ("values", "items", "numbers", "scores", "prices", "counts", "names", "rows")
 _CODE_VERBS = ("compute", "count", "sum", "scale", "filter", "merge", "sort", "find")
@@ -65,16 +146,22 @@ def _code_function(rng: random.Random) -> str:
         op = rng.choice(_OPERATORS)
         return f"def {verb}_{noun}({a}, {b}):\n    result = {a} {op} {b}\n    return result\n"
     if kind == 1:
-        return (f"def {verb}_{noun}({noun}):\n    total = 0\n    for i in range(len({noun})):\n"
-                f"        total += {noun}[i]\n    return total\n")
+        return (
+            f"def {verb}_{noun}({noun}):\n    total = 0\n    for i in range(len({noun})):\n"
+            f"        total += {noun}[i]\n    return total\n"
+        )
     if kind == 2:
         limit = rng.randrange(2, 50)
-        return (f"def {verb}_{noun}({noun}, limit={limit}):\n    result = []\n    for item in {noun}:\n"
-                f"        if item > limit:\n            result.append(item)\n    return result\n")
+        return (
+            f"def {verb}_{noun}({noun}, limit={limit}):\n    result = []\n    for item in {noun}:\n"
+            f"        if item > limit:\n            result.append(item)\n    return result\n"
+        )
     name = rng.choice(("Point", "Vector", "Pair", "Box", "Node"))
     a, b = rng.sample(("x", "y", "z", "left", "right", "width", "height"), 2)
-    return (f"class {name}:\n    def __init__(self, {a}, {b}):\n        self.{a} = {a}\n        self.{b} = {b}\n\n"
-            f"    def total(self):\n        return self.{a} + self.{b}\n")
+    return (
+        f"class {name}:\n    def __init__(self, {a}, {b}):\n        self.{a} = {a}\n        self.{b} = {b}\n\n"
+        f"    def total(self):\n        return self.{a} + self.{b}\n"
+    )
 
 
 def _code_doc(rng: random.Random) -> str:
@@ -132,8 +219,9 @@ def _sql_statement(rng: random.Random) -> str:
         return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values});"
     if kind == 2:
         return f"SELECT COUNT(*) FROM {table} GROUP BY {rng.choice(columns[1:])};"
-    cols = ", ".join(f"{c} {'INTEGER' if c in ('id', 'age', 'qty', 'stock', 'count', 'day') else 'TEXT'}"
-                     for c in columns)
+    cols = ", ".join(
+        f"{c} {'INTEGER' if c in ('id', 'age', 'qty', 'stock', 'count', 'day') else 'TEXT'}" for c in columns
+    )
     return f"CREATE TABLE {table} ({cols});"
 
 
@@ -144,12 +232,21 @@ def _sql_doc(rng: random.Random) -> str:
 def _repetitive_doc(rng: random.Random) -> str:
     kind = rng.choice((0, 1, 1, 2, 2, 3, 4, 5))  # counting runs twice as often: they take longest to learn
     if kind == 0:
-        phrase = rng.choice(("the cat sat.", "the quick brown fox jumps over the lazy dog.", "ha ha ha.",
-                             "all work and no play.", "row row row your boat."))
+        phrase = rng.choice(
+            (
+                "the cat sat.",
+                "the quick brown fox jumps over the lazy dog.",
+                "ha ha ha.",
+                "all work and no play.",
+                "row row row your boat.",
+            )
+        )
         return " ".join([phrase] * rng.randrange(10, 24)) + "\n"
     if kind == 1:  # half of the runs start at one, like the prompt
         start = 1 if rng.random() < 0.5 else rng.randrange(0, 60)
-        return "count: " + " ".join(number_words(i) for i in range(start, start + rng.randrange(30, 60))) + "\n"
+        return (
+            "count: " + " ".join(number_words(i) for i in range(start, start + rng.randrange(30, 60))) + "\n"
+        )
     if kind == 2:
         start = 1 if rng.random() < 0.5 else rng.randrange(0, 300)
         return " ".join(str(i) for i in range(start, start + rng.randrange(40, 80))) + "\n"
@@ -164,13 +261,15 @@ def _repetitive_doc(rng: random.Random) -> str:
     return " ".join([word] * rng.randrange(16, 40)) + "\n"
 
 
-_GENERATORS: Final[Mapping[str, Callable[[random.Random], str]]] = MappingProxyType({
-    "code": _code_doc,
-    "prose": _prose_doc,
-    "json": _json_doc,
-    "sql": _sql_doc,
-    "repetitive": _repetitive_doc,
-})
+_GENERATORS: Final[Mapping[str, Callable[[random.Random], str]]] = MappingProxyType(
+    {
+        "code": _code_doc,
+        "prose": _prose_doc,
+        "json": _json_doc,
+        "sql": _sql_doc,
+        "repetitive": _repetitive_doc,
+    }
+)
 
 
 def documents(n_docs: int, *, seed: int = 0) -> list[str]:
@@ -189,38 +288,40 @@ def tokenizer_corpus() -> list[str]:
     return docs
 
 
-PROMPTS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
-    "code": (
-        "def compute_total(values):\n    total = 0\n    for i in",
-        "def sum_numbers(a, b):\n    result = a",
-        "class Point:\n    def __init__(self, x, y):\n        self.x = x",
-        "for i in range(10):\n    print(i,",
-    ),
-    "prose": (
-        "The quick brown fox",
-        "Once upon a time the old king",
-        "The small cat sat on the",
-        "In the morning the young farmer",
-    ),
-    "json": (
-        '{"id": 1, "name": "alice", "city"',
-        '[{"city": "paris", "temp": 21, "rain": false},\n {"city"',
-        '{"id": 7, "name": "bob", "city": "oslo", "age"',
-        '{"city": "rome", "temp"',
-    ),
-    "sql": (
-        "SELECT name, age FROM users WHERE age",
-        "INSERT INTO orders (id, item, qty, price) VALUES (12,",
-        "CREATE TABLE products (id",
-        "SELECT COUNT(*) FROM events GROUP BY",
-    ),
-    "repetitive": (
-        "count: one two three four five",
-        "1 2 3 4 5 6 7 8",
-        "the cat sat. the cat sat. the cat sat.",
-        "a b c d e f g",
-    ),
-})
+PROMPTS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "code": (
+            "def compute_total(values):\n    total = 0\n    for i in",
+            "def sum_numbers(a, b):\n    result = a",
+            "class Point:\n    def __init__(self, x, y):\n        self.x = x",
+            "for i in range(10):\n    print(i,",
+        ),
+        "prose": (
+            "The quick brown fox",
+            "Once upon a time the old king",
+            "The small cat sat on the",
+            "In the morning the young farmer",
+        ),
+        "json": (
+            '{"id": 1, "name": "alice", "city"',
+            '[{"city": "paris", "temp": 21, "rain": false},\n {"city"',
+            '{"id": 7, "name": "bob", "city": "oslo", "age"',
+            '{"city": "rome", "temp"',
+        ),
+        "sql": (
+            "SELECT name, age FROM users WHERE age",
+            "INSERT INTO orders (id, item, qty, price) VALUES (12,",
+            "CREATE TABLE products (id",
+            "SELECT COUNT(*) FROM events GROUP BY",
+        ),
+        "repetitive": (
+            "count: one two three four five",
+            "1 2 3 4 5 6 7 8",
+            "the cat sat. the cat sat. the cat sat.",
+            "a b c d e f g",
+        ),
+    }
+)
 """Prompts by category (code, prose, json, sql, repetitive): in-distribution prefixes of the corpus. None ends in
 whitespace: a byte-level BPE merges a space or newline with what follows, so a trailing one is a token the model
 rarely saw at that point (and then predicts the end of the document)."""

@@ -28,8 +28,12 @@ from mlx_lm.models import qwen3_5
 from mlx_lm.models.base import create_attention_mask
 
 ZERO_CENTRED_NAMES = ("norm.weight", "pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight")
-ZERO_CENTRED_SUFFIXES = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_norm.weight",
-                         ".k_norm.weight")
+ZERO_CENTRED_SUFFIXES = (
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+)
 
 
 def text_model(model: Any) -> Any:
@@ -75,7 +79,7 @@ def mtp_weights(raw: dict[str, mx.array]) -> list[tuple[str, mx.array]]:
     for key, value in raw.items():
         if not key.startswith("mtp."):
             continue
-        name = key[len("mtp."):]
+        name = key[len("mtp.") :]
         if shift and (name in ZERO_CENTRED_NAMES or name.endswith(ZERO_CENTRED_SUFFIXES)):
             value = value + 1.0
         out.append((name, value))
@@ -111,7 +115,9 @@ def target_forward(model: Any, tokens: mx.array) -> tuple[mx.array, mx.array]:
     return hidden, lm_head(model, hidden)
 
 
-def speculative_greedy(model: Any, head: MTPHead, prompt: list[int], *, max_tokens: int, k: int) -> dict[str, Any]:
+def speculative_greedy(
+    model: Any, head: MTPHead, prompt: list[int], *, max_tokens: int, k: int
+) -> dict[str, Any]:
     """Greedy decoding with ``k`` chained MTP drafts per cycle, recomputing everything without caches.
 
     Slow on purpose (obviously correct): each cycle runs the target once over the whole sequence plus drafts, and
@@ -167,7 +173,8 @@ def serial_greedy(model: Any, prompt: list[int], *, max_tokens: int) -> list[int
 
     generate = importlib.import_module("mlx_lm.generate")
     tokens = []
-    for token, _ in generate.generate_step(mx.array(prompt), model, max_tokens=max_tokens,
-                                           sampler=lambda x: mx.argmax(x, axis=-1)):
+    for token, _ in generate.generate_step(
+        mx.array(prompt), model, max_tokens=max_tokens, sampler=lambda x: mx.argmax(x, axis=-1)
+    ):
         tokens.append(int(token))
     return tokens

@@ -142,17 +142,51 @@ class HeavyRecipe:
 Recipe = RandomRecipe | TrainedRecipe | HeavyRecipe
 
 
-_LLAMA_TARGET = LlamaShape(hidden_size=256, num_hidden_layers=4, intermediate_size=512, num_attention_heads=4,
-                           num_key_value_heads=2, tie_word_embeddings=False)
-_LLAMA_DRAFT = LlamaShape(hidden_size=64, num_hidden_layers=2, intermediate_size=192, num_attention_heads=2,
-                          num_key_value_heads=1, tie_word_embeddings=True)
-_QWEN35 = Qwen35Shape(hidden_size=128, num_hidden_layers=4, intermediate_size=384, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=32, linear_num_key_heads=1, linear_num_value_heads=2,
-                      linear_key_head_dim=32, linear_value_head_dim=32)
+_LLAMA_TARGET = LlamaShape(
+    hidden_size=256,
+    num_hidden_layers=4,
+    intermediate_size=512,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=False,
+)
+_LLAMA_DRAFT = LlamaShape(
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=192,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    tie_word_embeddings=True,
+)
+_QWEN35 = Qwen35Shape(
+    hidden_size=128,
+    num_hidden_layers=4,
+    intermediate_size=384,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    linear_num_key_heads=1,
+    linear_num_value_heads=2,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+)
 _DEEPSEEK_V3 = DeepseekV3Shape(
-    hidden_size=64, num_hidden_layers=61, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
-    q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4,
-    n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=58,
+    hidden_size=64,
+    num_hidden_layers=61,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    n_routed_experts=4,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    n_group=2,
+    topk_group=1,
+    first_k_dense_replace=58,
 )
 
 _TARGET_TRAIN = TrainSpec(steps=240, batch_size=16, seq_len=64, learning_rate=3e-3)
@@ -164,14 +198,26 @@ _KINDS: dict[str, Recipe] = {
     "llama-random": RandomRecipe(
         "llama, hidden 64, 2 layers, random weights (fp32, untied)",
         "llama",
-        LlamaShape(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=2,
-                   num_key_value_heads=1, tie_word_embeddings=False),
+        LlamaShape(
+            hidden_size=64,
+            num_hidden_layers=2,
+            intermediate_size=128,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=False,
+        ),
     ),
     "llama-draft-random": RandomRecipe(
         "llama, hidden 64, 1 layer (tied), random weights: a drafter that is almost never accepted",
         "llama",
-        LlamaShape(hidden_size=64, num_hidden_layers=1, intermediate_size=128, num_attention_heads=1,
-                   num_key_value_heads=1, tie_word_embeddings=True),
+        LlamaShape(
+            hidden_size=64,
+            num_hidden_layers=1,
+            intermediate_size=128,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        ),
     ),
     "qwen3_5-random": RandomRecipe(
         "qwen3_5 hybrid (3 gated-delta + 1 attention layers), hidden 128, random weights, random MTP head",
@@ -183,16 +229,32 @@ _KINDS: dict[str, Recipe] = {
         "deepseek_v3",
         _DEEPSEEK_V3,
     ),
-    "llama-target": TrainedRecipe("llama target, hidden 256, 4 layers, trained on the corpus", "llama",
-                                  _LLAMA_TARGET, _TARGET_TRAIN),
-    "llama-draft": TrainedRecipe("llama drafter, hidden 64, 2 layers (tied), trained on the corpus", "llama",
-                                 _LLAMA_DRAFT, _DRAFT_TRAIN),
-    "llama-heavy": HeavyRecipe("llama-target + 28 dead layers: bit-identical logits, a decode step costs 6-10x",
-                               base="llama-target", extra_layers=28),
-    "qwen3_5-mtp": TrainedRecipe("qwen3_5 hybrid target, hidden 128, trained, with an MTP head trained against it",
-                                 "qwen3_5", _QWEN35, _QWEN_TRAIN, mtp_train=_MTP_TRAIN),
-    "qwen3_5-mtp-heavy": HeavyRecipe("qwen3_5-mtp + 40 dead layers: bit-identical logits, MTP head kept, 10x cost",
-                                     base="qwen3_5-mtp", extra_layers=40),
+    "llama-target": TrainedRecipe(
+        "llama target, hidden 256, 4 layers, trained on the corpus", "llama", _LLAMA_TARGET, _TARGET_TRAIN
+    ),
+    "llama-draft": TrainedRecipe(
+        "llama drafter, hidden 64, 2 layers (tied), trained on the corpus",
+        "llama",
+        _LLAMA_DRAFT,
+        _DRAFT_TRAIN,
+    ),
+    "llama-heavy": HeavyRecipe(
+        "llama-target + 28 dead layers: bit-identical logits, a decode step costs 6-10x",
+        base="llama-target",
+        extra_layers=28,
+    ),
+    "qwen3_5-mtp": TrainedRecipe(
+        "qwen3_5 hybrid target, hidden 128, trained, with an MTP head trained against it",
+        "qwen3_5",
+        _QWEN35,
+        _QWEN_TRAIN,
+        mtp_train=_MTP_TRAIN,
+    ),
+    "qwen3_5-mtp-heavy": HeavyRecipe(
+        "qwen3_5-mtp + 40 dead layers: bit-identical logits, MTP head kept, 10x cost",
+        base="qwen3_5-mtp",
+        extra_layers=40,
+    ),
 }
 
 KINDS: Final[Mapping[str, Recipe]] = MappingProxyType(_KINDS)
@@ -212,4 +274,3 @@ def base_arch(kind: str) -> Arch:
     if isinstance(recipe, HeavyRecipe):
         return base_arch(recipe.base)
     return recipe.arch
-

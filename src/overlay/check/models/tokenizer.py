@@ -40,7 +40,9 @@ def train_tokenizer() -> Any:
     )
     tokenizer.train_from_iterator(tokenizer_corpus(), trainer=trainer)
     if tokenizer.get_vocab_size() != VOCAB_SIZE:
-        raise RuntimeError(f"tokenizer training gave {tokenizer.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
+        raise RuntimeError(
+            f"tokenizer training gave {tokenizer.get_vocab_size()} tokens, expected {VOCAB_SIZE}"
+        )
     if [tokenizer.token_to_id(t) for t in (BOS, EOS, PAD)] != [BOS_ID, EOS_ID, PAD_ID]:
         raise RuntimeError("tokenizer training did not put <s>, </s>, <pad> at ids 0, 1, 2")
     tokenizer.post_processor = processors.TemplateProcessing(

@@ -47,7 +47,9 @@ class Init:
         return (x * (math.sqrt(3.0) * std)).astype(np.float32).reshape(shape)
 
     def linear(self, name: str, out_features: int, in_features: int, *, gain: float = 1.0) -> np.ndarray:
-        return self.uniform(name, (out_features, in_features), gain * self.init_scale / math.sqrt(in_features))
+        return self.uniform(
+            name, (out_features, in_features), gain * self.init_scale / math.sqrt(in_features)
+        )
 
     def embedding(self, name: str, vocab: int, hidden: int, std: float = 1.0) -> np.ndarray:
         return self.uniform(name, (vocab, hidden), std)
@@ -106,19 +108,30 @@ def llama_layer(init: Init, prefix: str, shape: LlamaShape, *, n_layers: int) ->
     out_gain = 1.0 / math.sqrt(2 * n_layers)
     return {
         f"{prefix}.input_layernorm.weight": init.norm(f"{prefix}.input_layernorm.weight", h),
-        f"{prefix}.post_attention_layernorm.weight": init.norm(f"{prefix}.post_attention_layernorm.weight", h),
-        f"{prefix}.self_attn.q_proj.weight": init.linear(f"{prefix}.self_attn.q_proj.weight",
-                                                         shape.num_attention_heads * hd, h),
-        f"{prefix}.self_attn.k_proj.weight": init.linear(f"{prefix}.self_attn.k_proj.weight",
-                                                         shape.num_key_value_heads * hd, h),
-        f"{prefix}.self_attn.v_proj.weight": init.linear(f"{prefix}.self_attn.v_proj.weight",
-                                                         shape.num_key_value_heads * hd, h),
-        f"{prefix}.self_attn.o_proj.weight": init.linear(f"{prefix}.self_attn.o_proj.weight", h,
-                                                         shape.num_attention_heads * hd, gain=out_gain),
-        f"{prefix}.mlp.gate_proj.weight": init.linear(f"{prefix}.mlp.gate_proj.weight", shape.intermediate_size, h),
-        f"{prefix}.mlp.up_proj.weight": init.linear(f"{prefix}.mlp.up_proj.weight", shape.intermediate_size, h),
-        f"{prefix}.mlp.down_proj.weight": init.linear(f"{prefix}.mlp.down_proj.weight", h, shape.intermediate_size,
-                                                      gain=out_gain),
+        f"{prefix}.post_attention_layernorm.weight": init.norm(
+            f"{prefix}.post_attention_layernorm.weight", h
+        ),
+        f"{prefix}.self_attn.q_proj.weight": init.linear(
+            f"{prefix}.self_attn.q_proj.weight", shape.num_attention_heads * hd, h
+        ),
+        f"{prefix}.self_attn.k_proj.weight": init.linear(
+            f"{prefix}.self_attn.k_proj.weight", shape.num_key_value_heads * hd, h
+        ),
+        f"{prefix}.self_attn.v_proj.weight": init.linear(
+            f"{prefix}.self_attn.v_proj.weight", shape.num_key_value_heads * hd, h
+        ),
+        f"{prefix}.self_attn.o_proj.weight": init.linear(
+            f"{prefix}.self_attn.o_proj.weight", h, shape.num_attention_heads * hd, gain=out_gain
+        ),
+        f"{prefix}.mlp.gate_proj.weight": init.linear(
+            f"{prefix}.mlp.gate_proj.weight", shape.intermediate_size, h
+        ),
+        f"{prefix}.mlp.up_proj.weight": init.linear(
+            f"{prefix}.mlp.up_proj.weight", shape.intermediate_size, h
+        ),
+        f"{prefix}.mlp.down_proj.weight": init.linear(
+            f"{prefix}.mlp.down_proj.weight", h, shape.intermediate_size, gain=out_gain
+        ),
     }
 
 
@@ -126,8 +139,9 @@ def llama_weights(shape: LlamaShape, init: Init) -> Tensors:
     h = shape.hidden_size
     tied = shape.tie_word_embeddings
     tensors: Tensors = {
-        "model.embed_tokens.weight": init.embedding("model.embed_tokens.weight", VOCAB_SIZE, h,
-                                                    std=1.0 / math.sqrt(h) if tied else 1.0),
+        "model.embed_tokens.weight": init.embedding(
+            "model.embed_tokens.weight", VOCAB_SIZE, h, std=1.0 / math.sqrt(h) if tied else 1.0
+        ),
         "model.norm.weight": init.norm("model.norm.weight", h),
     }
     for i in range(shape.num_hidden_layers):
@@ -198,7 +212,9 @@ def qwen35_attention(init: Init, prefix: str, shape: Qwen35Shape, *, out_gain: f
         f"{p}.q_proj.weight": init.linear(f"{p}.q_proj.weight", 2 * shape.num_attention_heads * hd, h),
         f"{p}.k_proj.weight": init.linear(f"{p}.k_proj.weight", shape.num_key_value_heads * hd, h),
         f"{p}.v_proj.weight": init.linear(f"{p}.v_proj.weight", shape.num_key_value_heads * hd, h),
-        f"{p}.o_proj.weight": init.linear(f"{p}.o_proj.weight", h, shape.num_attention_heads * hd, gain=out_gain),
+        f"{p}.o_proj.weight": init.linear(
+            f"{p}.o_proj.weight", h, shape.num_attention_heads * hd, gain=out_gain
+        ),
         f"{p}.q_norm.weight": init.norm(f"{p}.q_norm.weight", hd, zero_centred=True),
         f"{p}.k_norm.weight": init.norm(f"{p}.k_norm.weight", hd, zero_centred=True),
     }
@@ -217,8 +233,11 @@ def qwen35_linear_attention(init: Init, prefix: str, shape: Qwen35Shape, *, out_
         f"{p}.in_proj_z.weight": init.linear(f"{p}.in_proj_z.weight", value_dim, h),
         f"{p}.in_proj_b.weight": init.linear(f"{p}.in_proj_b.weight", nv, h),
         f"{p}.in_proj_a.weight": init.linear(f"{p}.in_proj_a.weight", nv, h),
-        f"{p}.conv1d.weight": init.uniform(f"{p}.conv1d.weight", (conv_dim, 1, shape.linear_conv_kernel_dim),
-                                           1.0 / math.sqrt(shape.linear_conv_kernel_dim)),
+        f"{p}.conv1d.weight": init.uniform(
+            f"{p}.conv1d.weight",
+            (conv_dim, 1, shape.linear_conv_kernel_dim),
+            1.0 / math.sqrt(shape.linear_conv_kernel_dim),
+        ),
         f"{p}.dt_bias": np.ones((nv,), dtype=np.float32),
         f"{p}.A_log": np.array([math.log(a) for a in a_values], dtype=np.float32),
         f"{p}.norm.weight": init.norm(f"{p}.norm.weight", shape.linear_value_head_dim),
@@ -240,9 +259,12 @@ def qwen35_layer(init: Init, prefix: str, shape: Qwen35Shape, *, linear: bool, n
     out_gain = 1.0 / math.sqrt(2 * n_layers)
     h = shape.hidden_size
     tensors = {
-        f"{prefix}.input_layernorm.weight": init.norm(f"{prefix}.input_layernorm.weight", h, zero_centred=True),
-        f"{prefix}.post_attention_layernorm.weight": init.norm(f"{prefix}.post_attention_layernorm.weight", h,
-                                                               zero_centred=True),
+        f"{prefix}.input_layernorm.weight": init.norm(
+            f"{prefix}.input_layernorm.weight", h, zero_centred=True
+        ),
+        f"{prefix}.post_attention_layernorm.weight": init.norm(
+            f"{prefix}.post_attention_layernorm.weight", h, zero_centred=True
+        ),
     }
     mixer = qwen35_linear_attention if linear else qwen35_attention
     tensors.update(mixer(init, prefix, shape, out_gain=out_gain))
@@ -255,7 +277,9 @@ def qwen35_mtp_weights(shape: Qwen35Shape, init: Init) -> Tensors:
     h = shape.hidden_size
     tensors: Tensors = {
         "mtp.fc.weight": init.linear("mtp.fc.weight", h, 2 * h),
-        "mtp.pre_fc_norm_embedding.weight": init.norm("mtp.pre_fc_norm_embedding.weight", h, zero_centred=True),
+        "mtp.pre_fc_norm_embedding.weight": init.norm(
+            "mtp.pre_fc_norm_embedding.weight", h, zero_centred=True
+        ),
         "mtp.pre_fc_norm_hidden.weight": init.norm("mtp.pre_fc_norm_hidden.weight", h, zero_centred=True),
         "mtp.norm.weight": init.norm("mtp.norm.weight", h, zero_centred=True),
     }
@@ -267,13 +291,21 @@ def qwen35_mtp_weights(shape: Qwen35Shape, init: Init) -> Tensors:
 def qwen35_weights(shape: Qwen35Shape, init: Init, *, with_mtp: bool = True) -> Tensors:
     h = shape.hidden_size
     tensors: Tensors = {
-        f"{QWEN35_PREFIX}.embed_tokens.weight": init.embedding(f"{QWEN35_PREFIX}.embed_tokens.weight",
-                                                               VOCAB_SIZE, h),
+        f"{QWEN35_PREFIX}.embed_tokens.weight": init.embedding(
+            f"{QWEN35_PREFIX}.embed_tokens.weight", VOCAB_SIZE, h
+        ),
         f"{QWEN35_PREFIX}.norm.weight": init.norm(f"{QWEN35_PREFIX}.norm.weight", h, zero_centred=True),
     }
     for i, layer_type in enumerate(qwen35_layer_types(shape)):
-        tensors.update(qwen35_layer(init, f"{QWEN35_PREFIX}.layers.{i}", shape,
-                                    linear=layer_type == "linear_attention", n_layers=shape.num_hidden_layers))
+        tensors.update(
+            qwen35_layer(
+                init,
+                f"{QWEN35_PREFIX}.layers.{i}",
+                shape,
+                linear=layer_type == "linear_attention",
+                n_layers=shape.num_hidden_layers,
+            )
+        )
     if not shape.tie_word_embeddings:
         tensors["lm_head.weight"] = init.linear("lm_head.weight", VOCAB_SIZE, h)
     if with_mtp:
@@ -332,15 +364,19 @@ def deepseek_v3_layer(init: Init, prefix: str, shape: DeepseekV3Shape, *, moe: b
     a = f"{prefix}.self_attn"
     tensors = {
         f"{prefix}.input_layernorm.weight": init.norm(f"{prefix}.input_layernorm.weight", h),
-        f"{prefix}.post_attention_layernorm.weight": init.norm(f"{prefix}.post_attention_layernorm.weight", h),
+        f"{prefix}.post_attention_layernorm.weight": init.norm(
+            f"{prefix}.post_attention_layernorm.weight", h
+        ),
         f"{a}.q_a_proj.weight": init.linear(f"{a}.q_a_proj.weight", shape.q_lora_rank, h),
         f"{a}.q_a_layernorm.weight": init.norm(f"{a}.q_a_layernorm.weight", shape.q_lora_rank),
         f"{a}.q_b_proj.weight": init.linear(f"{a}.q_b_proj.weight", nh * q_head, shape.q_lora_rank),
-        f"{a}.kv_a_proj_with_mqa.weight": init.linear(f"{a}.kv_a_proj_with_mqa.weight",
-                                                      shape.kv_lora_rank + shape.qk_rope_head_dim, h),
+        f"{a}.kv_a_proj_with_mqa.weight": init.linear(
+            f"{a}.kv_a_proj_with_mqa.weight", shape.kv_lora_rank + shape.qk_rope_head_dim, h
+        ),
         f"{a}.kv_a_layernorm.weight": init.norm(f"{a}.kv_a_layernorm.weight", shape.kv_lora_rank),
-        f"{a}.kv_b_proj.weight": init.linear(f"{a}.kv_b_proj.weight",
-                                             nh * (shape.qk_nope_head_dim + shape.v_head_dim), shape.kv_lora_rank),
+        f"{a}.kv_b_proj.weight": init.linear(
+            f"{a}.kv_b_proj.weight", nh * (shape.qk_nope_head_dim + shape.v_head_dim), shape.kv_lora_rank
+        ),
         f"{a}.o_proj.weight": init.linear(f"{a}.o_proj.weight", h, nh * shape.v_head_dim, gain=out_gain),
     }
     m = f"{prefix}.mlp"
@@ -374,17 +410,21 @@ def deepseek_v3_weights(shape: DeepseekV3Shape, init: Init) -> Tensors:
         "lm_head.weight": lm_head,
     }
     for i in range(shape.num_hidden_layers):
-        tensors.update(deepseek_v3_layer(init, f"model.layers.{i}", shape, moe=i >= shape.first_k_dense_replace))
+        tensors.update(
+            deepseek_v3_layer(init, f"model.layers.{i}", shape, moe=i >= shape.first_k_dense_replace)
+        )
     for j in range(shape.num_nextn_predict_layers):
         p = f"model.layers.{shape.num_hidden_layers + j}"
         tensors.update(deepseek_v3_layer(init, p, shape, moe=True))
-        tensors.update({
-            # Real checkpoints carry copies of the shared embedding and head in every MTP layer.
-            f"{p}.embed_tokens.weight": embed.copy(),
-            f"{p}.shared_head.head.weight": lm_head.copy(),
-            f"{p}.enorm.weight": init.norm(f"{p}.enorm.weight", h),
-            f"{p}.hnorm.weight": init.norm(f"{p}.hnorm.weight", h),
-            f"{p}.eh_proj.weight": init.linear(f"{p}.eh_proj.weight", h, 2 * h),
-            f"{p}.shared_head.norm.weight": init.norm(f"{p}.shared_head.norm.weight", h),
-        })
+        tensors.update(
+            {
+                # Real checkpoints carry copies of the shared embedding and head in every MTP layer.
+                f"{p}.embed_tokens.weight": embed.copy(),
+                f"{p}.shared_head.head.weight": lm_head.copy(),
+                f"{p}.enorm.weight": init.norm(f"{p}.enorm.weight", h),
+                f"{p}.hnorm.weight": init.norm(f"{p}.hnorm.weight", h),
+                f"{p}.eh_proj.weight": init.linear(f"{p}.eh_proj.weight", h, 2 * h),
+                f"{p}.shared_head.norm.weight": init.norm(f"{p}.shared_head.norm.weight", h),
+            }
+        )
     return tensors

@@ -45,8 +45,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-COUNTED = ("host-syncs", "h2d-copies", "pageable-copies", "eager-launches", "graph-launches", "collectives",
-           "bytes-moved", "cache-hits")
+COUNTED = (
+    "host-syncs",
+    "h2d-copies",
+    "pageable-copies",
+    "eager-launches",
+    "graph-launches",
+    "collectives",
+    "bytes-moved",
+    "cache-hits",
+)
 _THIS = os.path.abspath(__file__)
 _PY_FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): ")
 GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000")
@@ -62,7 +70,12 @@ def _torch_dir() -> str:
 
 
 def _skipped(path: str, torch_dir: str) -> bool:
-    return (path.startswith((torch_dir, "<")) or os.path.abspath(path) == _THIS or path in (contextlib.__file__, warnings.__file__) or "/torch/" in path.replace(os.sep, "/"))
+    return (
+        path.startswith((torch_dir, "<"))
+        or os.path.abspath(path) == _THIS
+        or path in (contextlib.__file__, warnings.__file__)
+        or "/torch/" in path.replace(os.sep, "/")
+    )
 
 
 def relative(path: str) -> str:
@@ -108,7 +121,9 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     by_corr = {(e.get("args") or {}).get("correlation"): e for e in runtime}
     graph_corr = {(e.get("args") or {}).get("correlation") for e in runtime if e.get("name") in GRAPH_LAUNCH}
-    py = sorted((e for e in events if e.get("cat") == "python_function"), key=lambda e: (e.get("tid"), e["ts"]))
+    py = sorted(
+        (e for e in events if e.get("cat") == "python_function"), key=lambda e: (e.get("tid"), e["ts"])
+    )
     py_by_tid: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
     for e in py:
         py_by_tid[e.get("tid")].append(e)
@@ -121,8 +136,11 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
         if launch is None:
             return "?:0"
         t = float(launch["ts"])
-        enclosing = [p for p in py_by_tid.get(launch.get("tid"), [])
-                     if float(p["ts"]) <= t <= float(p["ts"]) + float(p.get("dur", 0))]
+        enclosing = [
+            p
+            for p in py_by_tid.get(launch.get("tid"), [])
+            if float(p["ts"]) <= t <= float(p["ts"]) + float(p.get("dur", 0))
+        ]
         enclosing.sort(key=lambda p: float(p.get("dur", 0)))  # innermost first
         for p in enclosing:
             m = _PY_FRAME.match(str(p.get("name", "")))
@@ -164,12 +182,19 @@ def interleave(names: Sequence[str], rounds: int) -> list[str]:
     return order
 
 
-def ratio_interval(stock: Sequence[float], patched: Sequence[float], *, reps: int = 2000, level: float = 0.95,
-                   seed: int = 0) -> dict[str, Any]:
+def ratio_interval(
+    stock: Sequence[float], patched: Sequence[float], *, reps: int = 2000, level: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
     """Medians and ``ratio = median(stock) / median(patched)`` (> 1: the patched side is faster), with a bootstrap
     percentile interval of the ratio (resampling each side)."""
     if not stock or not patched:
-        return {"stock_us": None, "patched_us": None, "ratio": None, "ci": None, "n": [len(stock), len(patched)]}
+        return {
+            "stock_us": None,
+            "patched_us": None,
+            "ratio": None,
+            "ci": None,
+            "n": [len(stock), len(patched)],
+        }
     ms, mp = statistics.median(stock), statistics.median(patched)
     rng = random.Random(seed)
     ratios = []
@@ -181,9 +206,14 @@ def ratio_interval(stock: Sequence[float], patched: Sequence[float], *, reps: in
     ratios.sort()
     lo = ratios[int((1 - level) / 2 * (len(ratios) - 1))] if ratios else None
     hi = ratios[int((1 + level) / 2 * (len(ratios) - 1))] if ratios else None
-    return {"stock_us": round(ms, 3), "patched_us": round(mp, 3), "ratio": round(ms / mp, 4) if mp > 0 else None,
-            "ci": [round(lo, 4), round(hi, 4)] if lo is not None and hi is not None else None, "level": level,
-            "n": [len(stock), len(patched)]}
+    return {
+        "stock_us": round(ms, 3),
+        "patched_us": round(mp, 3),
+        "ratio": round(ms / mp, 4) if mp > 0 else None,
+        "ci": [round(lo, 4), round(hi, 4)] if lo is not None and hi is not None else None,
+        "level": level,
+        "n": [len(stock), len(patched)],
+    }
 
 
 # --- instruments ---------------------------------------------------------------------------------------------------
@@ -194,7 +224,9 @@ class _Step:
     tag: str | None
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     kinds: collections.Counter[str] = field(default_factory=collections.Counter)
-    sites: dict[str, collections.Counter[str]] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    sites: dict[str, collections.Counter[str]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
     peak: int = 0
 
 
@@ -213,9 +245,14 @@ def _report(steps: list[_Step]) -> dict[str, Any]:
     kinds: collections.Counter[str] = collections.Counter()
     for s in steps:
         kinds.update(s.kinds)
-    return {"steps": n, "metrics": metrics, "sites": sites, "kinds": dict(sorted(kinds.items())),
-            "per_step": [{m: s.counts[m] for m in COUNTED} | {"peak-memory": s.peak} for s in steps],
-            "violations": []}
+    return {
+        "steps": n,
+        "metrics": metrics,
+        "sites": sites,
+        "kinds": dict(sorted(kinds.items())),
+        "per_step": [{m: s.counts[m] for m in COUNTED} | {"peak-memory": s.peak} for s in steps],
+        "violations": [],
+    }
 
 
 class GpuInstrument:
@@ -272,8 +309,9 @@ class GpuInstrument:
         step.kinds[f"host-syncs:{kind}"] += 1
         step.sites["host-syncs"][site] += 1
 
-    def _on_warning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None,
-                    line: Any = None) -> None:
+    def _on_warning(
+        self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
         if "synchronizing CUDA operation" in str(message):
             self._sync("sync-debug", call_site(self._torch_dir))
 
@@ -353,13 +391,20 @@ class GpuInstrument:
             # comes second (its __context__ is the first)
             first = exc.__context__ if isinstance(exc.__context__, Exception) else exc
             sites = [exception_site(e, self._torch_dir) for e in (first, exc)]
-            return {"capturable": False, "error": f"{type(first).__name__}: {str(first).strip()[:300]}",
-                    "site": next((s for s in sites if s != "?:0"), "?:0")}
+            return {
+                "capturable": False,
+                "error": f"{type(first).__name__}: {str(first).strip()[:300]}",
+                "site": next((s for s in sites if s != "?:0"), "?:0"),
+            }
         with self.step("replay") as _:
             graph.replay()
         replay = self._steps.pop()
-        return {"capturable": True, "error": None, "site": None,
-                "graph_kernels": replay.counts["graph-launches"] or replay.counts["eager-launches"]}
+        return {
+            "capturable": True,
+            "error": None,
+            "site": None,
+            "graph_kernels": replay.counts["graph-launches"] or replay.counts["eager-launches"],
+        }
 
     def time_us(self, fn: Callable[[], Any]) -> float:
         torch = self.torch
@@ -372,8 +417,13 @@ class GpuInstrument:
 
     def machine(self) -> dict[str, Any]:
         torch = self.torch
-        return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
-                "capability": list(torch.cuda.get_device_capability(0)), "instrument": self.kind}
+        return {
+            "device": torch.cuda.get_device_name(0),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "capability": list(torch.cuda.get_device_capability(0)),
+            "instrument": self.kind,
+        }
 
 
 class CpuInstrument:
@@ -436,8 +486,9 @@ def instrument(dry_run: bool, **census_options: Any) -> GpuInstrument | CpuInstr
     return CpuInstrument(**census_options) if dry_run else GpuInstrument()
 
 
-def timed(inst: GpuInstrument | CpuInstrument, fns: dict[str, Callable[[], Any]], *, rounds: int,
-          warmup: int = 3) -> dict[str, list[float]]:
+def timed(
+    inst: GpuInstrument | CpuInstrument, fns: dict[str, Callable[[], Any]], *, rounds: int, warmup: int = 3
+) -> dict[str, list[float]]:
     """Microseconds per call of each configuration, interleaved (``interleave``), after ``warmup`` calls of each."""
     for fn in fns.values():
         for _ in range(warmup):

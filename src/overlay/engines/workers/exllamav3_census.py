@@ -34,24 +34,32 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[4]
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
 SCENARIOS = {"decode-step": "decode", "spec-verify-step": "verify", "draft-round": "draft"}
-STANDIN = ("the generator object, jobs and pages, the target forward after its real Embedding, the drafter's "
-           "projections, attention and head (device ops; ring layers' state side is the wheel's), the CUDA extension "
-           "(stand-in; one call = one launch)")
+STANDIN = (
+    "the generator object, jobs and pages, the target forward after its real Embedding, the drafter's "
+    "projections, attention and head (device ops; ring layers' state side is the wheel's), the CUDA extension "
+    "(stand-in; one call = one launch)"
+)
 WARMUP = 1  # the first step of each kind allocates staging buffers; it is left out of the means
 FLAG_PREFIX = "EXL3_OVL_"
 # model_init options the census applies itself, through the wheel's own function for them (model_init.embed_on_device
 # on the real Embedding module, before the loader's placement rule)
 LOADER_OPTIONS = ("--embed_on_device",)
-NOT_COUNTED = {"peak-memory": "the caches are allocated at load, outside the steps, and the stand-in drafter has none",
-               "collectives": "no tensor-parallel path runs on CPU",
-               "cache-hits": "no engine cache entry point is wrapped by the census"}
+NOT_COUNTED = {
+    "peak-memory": "the caches are allocated at load, outside the steps, and the stand-in drafter has none",
+    "collectives": "no tensor-parallel path runs on CPU",
+    "cache-hits": "no engine cache entry point is wrapped by the census",
+}
 # draft-round launches: the wheel's generator round, the target's real Embedding (the drafter's input layer embeds the
 # anchor through it), for "ring" the wheel's SlidingAttention state side; the drafter's projections, attention and
 # head are stand-in device ops (the same in every arm)
-DRAFTER_OPS = ("the drafter's projections, attention and head are stand-in device ops, the same in every arm")
+DRAFTER_OPS = "the drafter's projections, attention and head are stand-in device ops, the same in every arm"
 # the stood-in forwards, as (generator attribute, method): called inside a capture region, they make it unjudgeable
-STANDIN_CALLS = (("model", "forward"), ("draft_model", "forward"), ("draft_model", "sample_from_state"),
-                 ("draft_model", "propose_block"))
+STANDIN_CALLS = (
+    ("model", "forward"),
+    ("draft_model", "forward"),
+    ("draft_model", "sample_from_state"),
+    ("draft_model", "propose_block"),
+)
 
 
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
@@ -78,11 +86,15 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     embed_on_device = "--embed_on_device" in options
     options.pop("--embed_on_device", None)
     if options:
-        raise SystemExit(f"exllamav3 census: CLI options {sorted(options)} are model_init/loader switches the CPU "
-                         f"census does not run (it runs only {', '.join(LOADER_OPTIONS)}: not measured)")
+        raise SystemExit(
+            f"exllamav3 census: CLI options {sorted(options)} are model_init/loader switches the CPU "
+            f"census does not run (it runs only {', '.join(LOADER_OPTIONS)}: not measured)"
+        )
     scenario = request["scenario"]
     if scenario not in SCENARIOS:
-        raise SystemExit(f"exllamav3 census: unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
+        raise SystemExit(
+            f"exllamav3 census: unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}"
+        )
     steps = int(request.get("steps", 4))
 
     import exllamav3.ext as ext_mod
@@ -91,10 +103,16 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
     standin = ext_mod.exllamav3_ext
     _devsim.dev = lambda t: t.as_subclass(_devsim.CensusDev)  # the census's device spelling (cpu:0)
     spec_round.install_cuda_mocks = lambda: None  # the census stands in for torch.cuda itself
-    spec_round.PIN_STAGING = True  # the generator's staging buffers are pinned, as on CUDA (the census emulates it)
+    spec_round.PIN_STAGING = (
+        True  # the generator's staging buffers are pinned, as on CUDA (the census emulates it)
+    )
     c = Census(placement="is_cuda", device_class=_devsim.CensusDev, skip=(_devsim.__file__,))
-    original = {name: getattr(gen_mod.Generator, name) for name in ("iterate_gen", "iterate_draftmodel_dflash_gen")}
-    captured_standins: dict[str, set[str]] = {}  # step tag -> the stood-in forwards called inside a capture region
+    original = {
+        name: getattr(gen_mod.Generator, name) for name in ("iterate_gen", "iterate_draftmodel_dflash_gen")
+    }
+    captured_standins: dict[
+        str, set[str]
+    ] = {}  # step tag -> the stood-in forwards called inside a capture region
 
     # the census's drafter embeds through the target's real Embedding module and is device-only ops after that (no
     # host read, no hidden transfer: the census sees them), so a capture region around it is judged; a capture
@@ -109,7 +127,9 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
                 continue
             inner = getattr(fn, "_census_inner", fn)
 
-            def guarded(*args: Any, _fn: Any = inner, _what: str = f"{owner_name}.{method}", **kwargs: Any) -> Any:
+            def guarded(
+                *args: Any, _fn: Any = inner, _what: str = f"{owner_name}.{method}", **kwargs: Any
+            ) -> Any:
                 if c._capture_depth:
                     captured_standins.setdefault(current_tag[0], set()).add(_what)
                 return _fn(*args, **kwargs)
@@ -125,22 +145,36 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
 
         def run(gen: Any, results: Any, *args: Any, **kwargs: Any) -> Any:
             drafts = args[0] if args else kwargs.get("draft_tokens")
-            tag = "draft" if name == "iterate_draftmodel_dflash_gen" else ("decode" if drafts is None else "verify")
+            tag = (
+                "draft"
+                if name == "iterate_draftmodel_dflash_gen"
+                else ("decode" if drafts is None else "verify")
+            )
             before = standin.calls.copy()
             guard(gen, tag)
             with c.step(tag):
                 out = fn(gen, results, *args, **kwargs)
                 for kernel, n in (standin.calls - before).items():
-                    c.count("eager-launches", n, kind=f"exllamav3_ext.{kernel}", site=f"exllamav3_ext.{kernel}")
+                    c.count(
+                        "eager-launches", n, kind=f"exllamav3_ext.{kernel}", site=f"exllamav3_ext.{kernel}"
+                    )
             return out
 
         return run
 
-    payload = {"seed": 11, "bsz": int(request.get("bsz", 2)), "block": int(request.get("block", 8)),
-               "rounds": steps + WARMUP, "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
-               "sampler": request.get("sampler", "temp"), "embed": request.get("embed", "loader"), "corrupt": 20,
-               "embed_on_device": embed_on_device, "drafter_layers": request.get("drafter_layers", "ring"),
-               "device_drafter": True}
+    payload = {
+        "seed": 11,
+        "bsz": int(request.get("bsz", 2)),
+        "block": int(request.get("block", 8)),
+        "rounds": steps + WARMUP,
+        "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
+        "sampler": request.get("sampler", "temp"),
+        "embed": request.get("embed", "loader"),
+        "corrupt": 20,
+        "embed_on_device": embed_on_device,
+        "drafter_layers": request.get("drafter_layers", "ring"),
+        "device_drafter": True,
+    }
     if scenario == "decode-step":
         payload["rounds"] = 0
     for name in original:
@@ -150,6 +184,7 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         # the wheel's per-layer ring step of the drafter forward, judged for capturability (capture_check: its ops
         # still count as eager launches; no engine region captures a ring drafter here)
         from exllamav3.modules.sliding_attn import SlidingAttention
+
         ring_prep = SlidingAttention._decode_state_prep
 
         def checked_prep(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -179,34 +214,57 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         # that validates its replays (0017) falls back to eager rounds; launch counts then say nothing about replays
         for metric in ("eager-launches", "graph-launches"):
             metrics[metric] = None
-            not_counted[metric] = ("a captured round was replayed: the census's CUDAGraph emulation does not re-run "
-                                   "the captured ops (replays and what follows them are not modelled)")
+            not_counted[metric] = (
+                "a captured round was replayed: the census's CUDAGraph emulation does not re-run "
+                "the captured ops (replays and what follows them are not modelled)"
+            )
     standins = sorted(captured_standins.get(SCENARIOS[scenario], ()))
     if standins:
         metrics["capturable"] = None
-        not_counted["capturable"] = (f"a capture region calls the stood-in {', '.join(standins)}, whose work is not "
-                                     "the real forward's")
-    placement = {"loader": "the real Embedding placed by the loader's rule" + (
-        " after --embed_on_device" if embed_on_device else ""), "host": "a host table", "device": "a device table"}
-    notes = [(f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding: "
-             f"{placement.get(payload['embed'], payload['embed'])}; {report['steps']} steps after {WARMUP} warm-up")]
+        not_counted["capturable"] = (
+            f"a capture region calls the stood-in {', '.join(standins)}, whose work is not the real forward's"
+        )
+    placement = {
+        "loader": "the real Embedding placed by the loader's rule"
+        + (" after --embed_on_device" if embed_on_device else ""),
+        "host": "a host table",
+        "device": "a device table",
+    }
+    notes = [
+        (
+            f"bsz {payload['bsz']}, K {payload['block'] - 1}, sampler {payload['sampler']}, embedding: "
+            f"{placement.get(payload['embed'], payload['embed'])}; {report['steps']} steps after {WARMUP} warm-up"
+        )
+    ]
     flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
     notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
     unread = [k for k in flags if k not in _RecordingEnviron.read]
     if unread:
         # the patch's switch is set but its code never ran here: whatever the counts say, they are not its effect
         metrics = dict.fromkeys(metrics)
-        notes.append(f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
-                     f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)")
+        notes.append(
+            f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
+            f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)"
+        )
     if scenario == "draft-round":
         notes.append(f"drafter: {payload['drafter_layers']} layers; {DRAFTER_OPS}")
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
     if report["violations"]:
         notes.append("capture violations: " + "; ".join(report["violations"][:5]))
-    return {"scenario": scenario, "steps": report["steps"], "metrics": metrics, "sites": report["sites"],
-            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"],
-                       "violations": report["violations"][:5]},
-            "notes": notes, "standin": STANDIN}
+    return {
+        "scenario": scenario,
+        "steps": report["steps"],
+        "metrics": metrics,
+        "sites": report["sites"],
+        "detail": {
+            "kinds": report["kinds"],
+            "per_step": report["per_step"],
+            "uncounted": report["metrics"],
+            "violations": report["violations"][:5],
+        },
+        "notes": notes,
+        "standin": STANDIN,
+    }
 
 
 def main() -> None:

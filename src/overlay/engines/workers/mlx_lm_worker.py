@@ -38,8 +38,9 @@ def task_greedy(req: dict) -> dict:
     outputs, margins, files = [], [], []
     for i, ids in enumerate(req["prompts"]):
         toks, marg, rows = [], [], []
-        for tok, logprobs in generate_step(mx.array(ids), model, max_tokens=req["max_tokens"],
-                                           sampler=_argmax_sampler(mx)):
+        for tok, logprobs in generate_step(
+            mx.array(ids), model, max_tokens=req["max_tokens"], sampler=_argmax_sampler(mx)
+        ):
             lp = np.array(logprobs.astype(mx.float32))
             top2 = np.partition(lp, -2)[-2:]
             toks.append(int(tok))
@@ -89,8 +90,11 @@ def task_speed(req: dict) -> dict:
         t_end = time.perf_counter()
         c_end = time.process_time()
         assert t_first is not None
-        return (len(req["prompt"]) / (t_first - t0), (count - 1) / max(t_end - t_first, 1e-9),
-                (count - 1) / max(c_end - c_first, 1e-9))
+        return (
+            len(req["prompt"]) / (t_first - t0),
+            (count - 1) / max(t_end - t_first, 1e-9),
+            (count - 1) / max(c_end - c_first, 1e-9),
+        )
 
     run()  # warm-up: compilation, caches
     samples = [run() for _ in range(req.get("inner_reps", 3))]
@@ -119,13 +123,23 @@ def task_spec(req: dict) -> dict:
         for ids in req["prompts"]:
             tokens, flags = [], []
             stats = None
-            for resp in stream_generate(model, tok, mx.array(ids), max_tokens=req["max_tokens"], draft_model=draft,
-                                        num_draft_tokens=req["k"], sampler=_argmax_sampler(mx), **extra, **kind):
+            for resp in stream_generate(
+                model,
+                tok,
+                mx.array(ids),
+                max_tokens=req["max_tokens"],
+                draft_model=draft,
+                num_draft_tokens=req["k"],
+                sampler=_argmax_sampler(mx),
+                **extra,
+                **kind,
+            ):
                 tokens.append(int(resp.token))
                 flags.append(bool(getattr(resp, "from_draft", False)))
                 stats = getattr(resp, "spec_stats", None) or stats
-            results.append({"tokens": tokens, "from_draft": flags,
-                            "stats": stats if isinstance(stats, dict) else None})
+            results.append(
+                {"tokens": tokens, "from_draft": flags, "stats": stats if isinstance(stats, dict) else None}
+            )
         drafts[label] = {"results": results}
     return {"drafts": drafts}
 
@@ -179,7 +193,11 @@ class _Memory:
 
     def __init__(self, mx) -> None:
         api = mx if hasattr(mx, "get_peak_memory") else mx.metal
-        self.active, self.peak_now, self.reset_peak = api.get_active_memory, api.get_peak_memory, api.reset_peak_memory
+        self.active, self.peak_now, self.reset_peak = (
+            api.get_active_memory,
+            api.get_peak_memory,
+            api.reset_peak_memory,
+        )
         self.high = 0
         self.intervals: list[int] = []  # the high-water mark between consecutive snapshots
 
@@ -208,6 +226,7 @@ class _Memory:
         self.reset_peak()
         self.high = self.active()
         return list(self.intervals)
+
 
 _NODE = None  # compiled regex, set on first use
 
@@ -245,9 +264,25 @@ class _Census:
     def snapshot(self) -> dict:
         import copy
 
-        return copy.deepcopy({k: getattr(self, k) for k in ("ops", "metal", "fallback", "evals", "syncs", "eval_sites",
-                                                             "op_sites", "prims", "calls", "compiled_fast",
-                                                             "moved", "moved_sites")}) | {"peak": self.mem.peak()}
+        return copy.deepcopy(
+            {
+                k: getattr(self, k)
+                for k in (
+                    "ops",
+                    "metal",
+                    "fallback",
+                    "evals",
+                    "syncs",
+                    "eval_sites",
+                    "op_sites",
+                    "prims",
+                    "calls",
+                    "compiled_fast",
+                    "moved",
+                    "moved_sites",
+                )
+            }
+        ) | {"peak": self.mem.peak()}
 
     # graph walking -------------------------------------------------
     def graph(self, arrays: list) -> list[tuple[int, str]]:
@@ -336,7 +371,9 @@ class _Census:
         def async_eval_(*args):
             site = census.materialise("async_eval", census.flatten(args))
 
-            def run_async(*a):  # waited for here, so its allocations are its own (counted as async all the same)
+            def run_async(
+                *a,
+            ):  # waited for here, so its allocations are its own (counted as async all the same)
                 real_async(*a)
                 real_eval(*a)
 
@@ -453,23 +490,49 @@ def _diff(a: dict, b: dict, steps: int, phase: str) -> dict:
         moved = {s: (new.get(s, 0) - old.get(s, 0)) / steps for s in set(new) | set(old)}
         return [[s, round(v, 4)] for s, v in sorted(moved.items(), key=lambda kv: (-kv[1], kv[0]))[:top] if v]
 
-    window = b["peak"][len(a["peak"]):]  # the intervals after snapshot a, up to and including b
-    return {"ops": per("ops"), "metal": per("metal"), "fallback": per("fallback"), "evals": per("evals"),
-            "syncs": per("syncs"), "moved": per("moved"), "peak": max(window) if window else None,
-            "eval_sites": sites("eval_sites"), "op_sites": sites("op_sites"), "moved_sites": sites("moved_sites"),
-            "prims": sites("prims", 80)}
+    window = b["peak"][len(a["peak"]) :]  # the intervals after snapshot a, up to and including b
+    return {
+        "ops": per("ops"),
+        "metal": per("metal"),
+        "fallback": per("fallback"),
+        "evals": per("evals"),
+        "syncs": per("syncs"),
+        "moved": per("moved"),
+        "peak": max(window) if window else None,
+        "eval_sites": sites("eval_sites"),
+        "op_sites": sites("op_sites"),
+        "moved_sites": sites("moved_sites"),
+        "prims": sites("prims", 80),
+    }
 
 
 def _census_result(scenario: str, steps: int, d: dict, compiled_fast: float, notes: list) -> dict:
-    metrics = {"ops-per-token": d["ops"], "evals-per-token": d["evals"], "host-syncs": d["syncs"],
-               "bytes-moved": d["moved"], "peak-memory": d["peak"]}
-    return {"scenario": scenario, "steps": steps, "metrics": metrics,
-            "sites": {"ops-per-token": d["op_sites"], "evals-per-token": d["eval_sites"], "host-syncs":
-                      [s for s in d["eval_sites"] if not s[0].endswith(" async_eval")],
-                      "bytes-moved": d["moved_sites"]},
-            "detail": {"metal-ops-per-token": d["metal"], "fast-fallback-ops-per-token": d["fallback"],
-                       "compiled-fast-calls-per-token": compiled_fast, "primitives": d["prims"]},
-            "notes": notes, "standin": None}
+    metrics = {
+        "ops-per-token": d["ops"],
+        "evals-per-token": d["evals"],
+        "host-syncs": d["syncs"],
+        "bytes-moved": d["moved"],
+        "peak-memory": d["peak"],
+    }
+    return {
+        "scenario": scenario,
+        "steps": steps,
+        "metrics": metrics,
+        "sites": {
+            "ops-per-token": d["op_sites"],
+            "evals-per-token": d["eval_sites"],
+            "host-syncs": [s for s in d["eval_sites"] if not s[0].endswith(" async_eval")],
+            "bytes-moved": d["moved_sites"],
+        },
+        "detail": {
+            "metal-ops-per-token": d["metal"],
+            "fast-fallback-ops-per-token": d["fallback"],
+            "compiled-fast-calls-per-token": compiled_fast,
+            "primitives": d["prims"],
+        },
+        "notes": notes,
+        "standin": None,
+    }
 
 
 def task_census(req: dict) -> dict:
@@ -489,9 +552,14 @@ def task_census(req: dict) -> dict:
         opts["sampler"] = make_sampler(**req["sampler"])
     model, tok = load(req["model"])
     census.tag_model(model, "verify" if scenario in ("spec-verify-step", "draft-round") else "main")
-    base = tok.encode(req.get("prompt_text") or "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n")
-    notes: list = [f"sampler: make_sampler({req['sampler']})" if req.get("sampler") else
-                   "sampler: generate_step's default (greedy_sampler), the path of `mlx_lm.generate` at temp 0"]
+    base = tok.encode(
+        req.get("prompt_text") or "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+    )
+    notes: list = [
+        f"sampler: make_sampler({req['sampler']})"
+        if req.get("sampler")
+        else "sampler: generate_step's default (greedy_sampler), the path of `mlx_lm.generate` at temp 0"
+    ]
 
     def prompt_of(n: int):
         ids = (base * (n // max(len(base), 1) + 1))[:n]
@@ -499,17 +567,23 @@ def task_census(req: dict) -> dict:
 
     if scenario == "decode-token":
         prompt = prompt_of(8)
-        for _ in generate_step(prompt, model, max_tokens=steps + 2, **opts):  # warm-up: compile traces, caches
+        for _ in generate_step(
+            prompt, model, max_tokens=steps + 2, **opts
+        ):  # warm-up: compile traces, caches
             pass
         census.reset()
         marks = []
         for _ in generate_step(prompt, model, max_tokens=steps + 2, **opts):
             marks.append(census.snapshot())
         d = _diff(marks[1], marks[steps + 1], steps, "main")
-        cf = (marks[steps + 1]["calls"]["main"] - marks[1]["calls"]["main"])
-        notes.append(f"{steps} steady-state tokens (between the 2nd and the {steps + 2}th yield), prompt 8 tokens; "
-                     f"{cf / steps:g} model forwards per token")
-        return _census_result(scenario, steps, d, _compiled_fast(census, marks[1], marks[steps + 1], steps, "main"), notes)
+        cf = marks[steps + 1]["calls"]["main"] - marks[1]["calls"]["main"]
+        notes.append(
+            f"{steps} steady-state tokens (between the 2nd and the {steps + 2}th yield), prompt 8 tokens; "
+            f"{cf / steps:g} model forwards per token"
+        )
+        return _census_result(
+            scenario, steps, d, _compiled_fast(census, marks[1], marks[steps + 1], steps, "main"), notes
+        )
     if scenario == "prefill-chunk":
         chunk = int(req.get("chunk", 16))
 
@@ -528,9 +602,11 @@ def task_census(req: dict) -> dict:
         d = {k: d_long[k] - d_short[k] for k in ("ops", "metal", "fallback", "evals", "syncs", "moved")}
         for k in ("eval_sites", "op_sites", "prims", "moved_sites", "peak"):
             d[k] = d_long[k]
-        notes.append(f"per chunk of {chunk} tokens: (prompt of {steps}x{chunk}+1 tokens) - (prompt of 1 token), "
-                     "counted up to the first token; sites are those of the long prompt, per chunk; peak-memory: "
-                     "the long prompt's")
+        notes.append(
+            f"per chunk of {chunk} tokens: (prompt of {steps}x{chunk}+1 tokens) - (prompt of 1 token), "
+            "counted up to the first token; sites are those of the long prompt, per chunk; peak-memory: "
+            "the long prompt's"
+        )
         return _census_result(scenario, steps, d, 0.0, notes)
     if scenario in ("spec-verify-step", "draft-round"):
         k = int(req.get("num_draft", 3))
@@ -544,7 +620,9 @@ def task_census(req: dict) -> dict:
 
         def run_spec() -> list:
             marks, last = [], -1
-            gen = speculative_generate_step(prompt, model, draft, num_draft_tokens=k, max_tokens=max_tokens, **opts)
+            gen = speculative_generate_step(
+                prompt, model, draft, num_draft_tokens=k, max_tokens=max_tokens, **opts
+            )
             for _ in gen:
                 if census.calls["verify"] != last:  # the first token of a verify round
                     last = census.calls["verify"]
@@ -561,9 +639,11 @@ def task_census(req: dict) -> dict:
         phase = "verify" if scenario == "spec-verify-step" else "draft"
         d = _diff(a, b, steps, phase)
         drafts = (b["calls"]["draft"] - a["calls"]["draft"]) / steps
-        notes.append(f"{steps} rounds (the 2nd to the {steps + 1}th verify), k={k}, prompt {n_prompt} tokens, "
-                     f"{'self-draft (the target loaded twice)' if not req.get('draft') else 'drafter ' + req['draft']}; "
-                     f"{drafts:g} draft forwards per round; phase '{phase}' = the events after that model's forward")
+        notes.append(
+            f"{steps} rounds (the 2nd to the {steps + 1}th verify), k={k}, prompt {n_prompt} tokens, "
+            f"{'self-draft (the target loaded twice)' if not req.get('draft') else 'drafter ' + req['draft']}; "
+            f"{drafts:g} draft forwards per round; phase '{phase}' = the events after that model's forward"
+        )
         return _census_result(scenario, steps, d, _compiled_fast(census, a, b, steps, phase), notes)
     raise ValueError(f"census: unknown scenario {scenario!r}")
 

@@ -41,9 +41,15 @@ class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
 def _write() -> None:
     census = _STATE["census"]
     out = Path(os.environ["OVERLAY_CENSUS_OUT"])
-    doc = {"report": census.report(tag=_STATE["scenario"], skip=int(os.environ.get("OVERLAY_CENSUS_WARMUP", "1")),
-                                   limit=int(os.environ.get("OVERLAY_CENSUS_LIMIT", "0")) or None),
-           "flags_read": sorted(_RecordingEnviron.read), "steps_seen": len(census.steps)}
+    doc = {
+        "report": census.report(
+            tag=_STATE["scenario"],
+            skip=int(os.environ.get("OVERLAY_CENSUS_WARMUP", "1")),
+            limit=int(os.environ.get("OVERLAY_CENSUS_LIMIT", "0")) or None,
+        ),
+        "flags_read": sorted(_RecordingEnviron.read),
+        "steps_seen": len(census.steps),
+    }
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     os.replace(tmp, out)
@@ -84,7 +90,9 @@ def register() -> None:
     scenario = os.environ.get("OVERLAY_CENSUS_SCENARIO")
     if not scenario or "OVERLAY_CENSUS_OUT" not in os.environ or _STATE:
         return
-    if not _in_scheduler():  # the engine's own process and the detokenizer load plugins too; only this runs the model
+    if (
+        not _in_scheduler()
+    ):  # the engine's own process and the detokenizer load plugins too; only this runs the model
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from torch_census import Census
@@ -114,8 +122,10 @@ def _one_launch_per_standin_kernel(census: Any) -> None:
 def _in_scheduler() -> bool:
     import traceback
 
-    return any("scheduler" in frame.filename and frame.name == "run_scheduler_process"
-               for frame in traceback.extract_stack())
+    return any(
+        "scheduler" in frame.filename and frame.name == "run_scheduler_process"
+        for frame in traceback.extract_stack()
+    )
 
 
 def _install(scenario: str) -> None:
@@ -133,7 +143,10 @@ def _install(scenario: str) -> None:
         return
     from sglang.srt.speculative import eagle_worker_v2 as w
 
-    target = {"spec-verify-step": (w.EAGLEWorkerV2, "verify"), "draft-round": (w.EagleDraftWorker, "draft"),
-              "draft-extend": (w.EagleDraftWorker, "_draft_extend_for_decode")}[scenario]
+    target = {
+        "spec-verify-step": (w.EAGLEWorkerV2, "verify"),
+        "draft-round": (w.EagleDraftWorker, "draft"),
+        "draft-extend": (w.EagleDraftWorker, "_draft_extend_for_decode"),
+    }[scenario]
     cls, name = target
     setattr(cls, name, _stepped(getattr(cls, name), scenario))

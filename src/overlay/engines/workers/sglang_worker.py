@@ -55,8 +55,12 @@ def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
 
     engine = _engine(req["model"])
     try:
-        res = engine.generate(input_ids=req["prompts"], sampling_params=_greedy_params(req["max_tokens"]),
-                              return_logprob=True, top_logprobs_num=2)
+        res = engine.generate(
+            input_ids=req["prompts"],
+            sampling_params=_greedy_params(req["max_tokens"]),
+            return_logprob=True,
+            top_logprobs_num=2,
+        )
     finally:
         engine.shutdown()
     outputs, margins, files = [], [], []
@@ -82,8 +86,13 @@ def task_logits(req: dict[str, Any]) -> dict[str, Any]:
     files = []
     try:
         for i, seq in enumerate(req["sequences"]):
-            r = engine.generate(input_ids=[seq[:-1] + [seq[-1]]], sampling_params=_greedy_params(1),
-                                return_logprob=True, logprob_start_len=0, top_logprobs_num=vocab)[0]
+            r = engine.generate(
+                input_ids=[seq[:-1] + [seq[-1]]],
+                sampling_params=_greedy_params(1),
+                return_logprob=True,
+                logprob_start_len=0,
+                top_logprobs_num=vocab,
+            )[0]
             top = r["meta_info"]["input_top_logprobs"]
             dense = np.full((len(seq) - 1, vocab), -np.inf, dtype=np.float32)
             for t, entry in enumerate(top[1 : len(seq)]):  # entry t+1 predicts seq[t+1] from seq[:t+1]
@@ -101,7 +110,13 @@ def task_spec(req: dict[str, Any]) -> dict[str, Any]:
     k = int(req["k"])
     results: dict[str, Any] = {}
     for label, draft in req["drafts"].items():
-        spec = {"algorithm": "STANDALONE", "draft_model": draft, "num_steps": k, "topk": 1, "num_draft_tokens": k + 1}
+        spec = {
+            "algorithm": "STANDALONE",
+            "draft_model": draft,
+            "num_steps": k,
+            "topk": 1,
+            "num_draft_tokens": k + 1,
+        }
         engine = _engine(req["model"], spec)
         try:
             res = engine.generate(input_ids=req["prompts"], sampling_params=_greedy_params(req["max_tokens"]))
@@ -116,9 +131,18 @@ def task_spec(req: dict[str, Any]) -> dict[str, Any]:
                 accepted, drafted = int(meta["spec_accept_token_num"]), int(meta["spec_draft_token_num"])
             else:  # the first token comes from the target's prefill; each verify emits its accepted drafts + 1
                 accepted, drafted = max(len(tokens) - 1 - cycles, 0), cycles * k
-            runs.append({"tokens": tokens, "from_draft": [],
-                         "stats": {"accepted": accepted, "drafted": drafted, "cycles": cycles,
-                                   "histogram": run_engine._jsonable(meta.get("spec_correct_drafts_histogram"))}})
+            runs.append(
+                {
+                    "tokens": tokens,
+                    "from_draft": [],
+                    "stats": {
+                        "accepted": accepted,
+                        "drafted": drafted,
+                        "cycles": cycles,
+                        "histogram": run_engine._jsonable(meta.get("spec_correct_drafts_histogram")),
+                    },
+                }
+            )
         results[label] = {"results": runs}
     return {"drafts": results}
 
@@ -130,6 +154,7 @@ def task_speed(req: dict[str, Any]) -> dict[str, Any]:
     n = int(req["decode_tokens"])
     prompt = req["prompt"]
     try:
+
         def once() -> tuple[float, float, float]:
             t0, c0 = time.perf_counter(), time.process_time()
             engine.generate(input_ids=[prompt], sampling_params=_greedy_params(1))
@@ -144,8 +169,10 @@ def task_speed(req: dict[str, Any]) -> dict[str, Any]:
         samples = [once() for _ in range(int(req.get("inner_reps", 3)))]
     finally:
         engine.shutdown()
-    return {"prefill_tok_s": statistics.median(s[0] for s in samples),
-            "decode_tok_s": statistics.median(s[1] for s in samples)}
+    return {
+        "prefill_tok_s": statistics.median(s[0] for s in samples),
+        "decode_tok_s": statistics.median(s[1] for s in samples),
+    }
 
 
 def task_cold(req: dict[str, Any]) -> dict[str, Any]:
@@ -160,12 +187,16 @@ def task_cold(req: dict[str, Any]) -> dict[str, Any]:
 
 CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend")
 CENSUS_WARMUP = 1  # the first step of a kind allocates buffers; it is left out of the means
-CENSUS_NOT_COUNTED = {"collectives": "one CPU rank: no process group, no collectives run",
-                      "cache-hits": "no engine cache entry point is wrapped by the census",
-                      "capturable": "the CPU engine path captures no CUDA graph (disable_cuda_graph); no capture region "
-                                    "runs, so capturability is not observed"}
-CENSUS_STANDIN = ("sgl_kernel CPU ops (pure-torch stand-in, support/testbackends/sglang/site/sgl_kernel) and the "
-                  "torchvision stub; attention intel_amx served by the stand-in on spec runs")
+CENSUS_NOT_COUNTED = {
+    "collectives": "one CPU rank: no process group, no collectives run",
+    "cache-hits": "no engine cache entry point is wrapped by the census",
+    "capturable": "the CPU engine path captures no CUDA graph (disable_cuda_graph); no capture region "
+    "runs, so capturability is not observed",
+}
+CENSUS_STANDIN = (
+    "sgl_kernel CPU ops (pure-torch stand-in, support/testbackends/sglang/site/sgl_kernel) and the "
+    "torchvision stub; attention intel_amx served by the stand-in on spec runs"
+)
 
 
 def task_census(req: dict[str, Any]) -> dict[str, Any]:
@@ -176,26 +207,39 @@ def task_census(req: dict[str, Any]) -> dict[str, Any]:
 
     scenario = req["scenario"]
     if req.get("options"):
-        raise SystemExit(f"sglang census: CLI options {sorted(req['options'])} are not applied by the CPU census")
+        raise SystemExit(
+            f"sglang census: CLI options {sorted(req['options'])} are not applied by the CPU census"
+        )
     if scenario not in ("decode-step", "prefill-chunk", *CENSUS_SPEC):
         raise SystemExit(f"sglang census: unknown scenario {scenario!r}")
     steps = int(req.get("steps", 4))
     spec = None
     if scenario in CENSUS_SPEC:
-        spec = {"algorithm": "STANDALONE", "draft_model": req.get("draft") or req["model"], "num_steps": 1, "topk": 1,
-                "num_draft_tokens": 2}
+        spec = {
+            "algorithm": "STANDALONE",
+            "draft_model": req.get("draft") or req["model"],
+            "num_steps": 1,
+            "topk": 1,
+            "num_draft_tokens": 2,
+        }
     with tempfile.TemporaryDirectory(prefix="overlay-census-") as tmp:
         dist = Path(tmp) / "overlay_census-0.0.dist-info"
         dist.mkdir()
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: overlay-census\nVersion: 0.0\n")
-        (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\noverlay_census = sglang_census_hook:register\n")
+        (dist / "entry_points.txt").write_text(
+            "[sglang.srt.plugins]\noverlay_census = sglang_census_hook:register\n"
+        )
         workers = str(Path(__file__).resolve().parent)
         for entry in (workers, tmp):
             sys.path.insert(0, entry)  # forked children inherit sys.path, spawned ones PYTHONPATH
         os.environ["PYTHONPATH"] = os.pathsep.join([tmp, workers, os.environ.get("PYTHONPATH", "")])
         out = Path(tmp) / "census.json"
-        os.environ.update(OVERLAY_CENSUS_SCENARIO=scenario, OVERLAY_CENSUS_OUT=str(out),
-                          OVERLAY_CENSUS_WARMUP=str(CENSUS_WARMUP), OVERLAY_CENSUS_LIMIT=str(steps))
+        os.environ.update(
+            OVERLAY_CENSUS_SCENARIO=scenario,
+            OVERLAY_CENSUS_OUT=str(out),
+            OVERLAY_CENSUS_WARMUP=str(CENSUS_WARMUP),
+            OVERLAY_CENSUS_LIMIT=str(steps),
+        )
         engine = _engine(req["model"], spec)
         try:
             prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
@@ -208,8 +252,12 @@ def task_census(req: dict[str, Any]) -> dict[str, Any]:
         doc = json.loads(out.read_text())
     report = doc["report"]
     metrics = dict(report["metrics"])
-    notes = [f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})" if spec
-             else "plain decode, batch 1", f"{report['steps']} steps after {CENSUS_WARMUP} warm-up"]
+    notes = [
+        f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
+        if spec
+        else "plain decode, batch 1",
+        f"{report['steps']} steps after {CENSUS_WARMUP} warm-up",
+    ]
     for metric, why in CENSUS_NOT_COUNTED.items():
         metrics[metric] = None
         notes.append(f"{metric}: not counted ({why})")
@@ -218,14 +266,26 @@ def task_census(req: dict[str, Any]) -> dict[str, Any]:
     unread = [k for k in flags if k not in doc["flags_read"]]
     if unread:
         metrics = dict.fromkeys(metrics)
-        notes.append(f"not measured: {', '.join(unread)} set but never read during the steps (the patch's code is "
-                     f"not on the CPU engine path of this scenario)")
+        notes.append(
+            f"not measured: {', '.join(unread)} set but never read during the steps (the patch's code is "
+            f"not on the CPU engine path of this scenario)"
+        )
     if report["steps"] < steps:
         notes.append(f"only {report['steps']} of {steps} steps ran")
-    return {"scenario": scenario, "steps": report["steps"], "metrics": metrics, "sites": report["sites"],
-            "detail": {"kinds": report["kinds"], "per_step": report["per_step"], "uncounted": report["metrics"],
-                       "flags_read": doc["flags_read"]},
-            "notes": notes, "standin": CENSUS_STANDIN}
+    return {
+        "scenario": scenario,
+        "steps": report["steps"],
+        "metrics": metrics,
+        "sites": report["sites"],
+        "detail": {
+            "kinds": report["kinds"],
+            "per_step": report["per_step"],
+            "uncounted": report["metrics"],
+            "flags_read": doc["flags_read"],
+        },
+        "notes": notes,
+        "standin": CENSUS_STANDIN,
+    }
 
 
 TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}

@@ -90,22 +90,67 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-METRICS = ("host-syncs", "h2d-copies", "pageable-copies", "eager-launches", "graph-launches", "collectives",
-           "bytes-moved", "peak-memory", "capturable", "cache-hits")
+METRICS = (
+    "host-syncs",
+    "h2d-copies",
+    "pageable-copies",
+    "eager-launches",
+    "graph-launches",
+    "collectives",
+    "bytes-moved",
+    "peak-memory",
+    "capturable",
+    "cache-hits",
+)
 COUNTED = tuple(m for m in METRICS if m not in ("peak-memory", "capturable"))
 
 _aten = torch.ops.aten
 NON_LAUNCH = {
-    "detach", "lift_fresh", "alias", "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided",
-    "_local_scalar_dense", "set_", "resize_", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_nonzero",
-    "_nested_tensor_from_mask_left_aligned", "is_same_size", "_has_compatible_shallow_copy_type", "record_stream",
+    "detach",
+    "lift_fresh",
+    "alias",
+    "empty",
+    "empty_strided",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "_local_scalar_dense",
+    "set_",
+    "resize_",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_nonzero",
+    "_nested_tensor_from_mask_left_aligned",
+    "is_same_size",
+    "_has_compatible_shallow_copy_type",
+    "record_stream",
 }
 SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "all_to_all", "all_to_all_single",
-               "barrier", "send", "recv", "isend", "irecv", "reduce", "gather", "scatter")
-_DEVICE_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
-                                "full_like"})
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "reduce",
+    "gather",
+    "scatter",
+)
+_DEVICE_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
+)
 _FACTORIES_WITH_DATA = {"tensor", "as_tensor"}
 _SKIP_FILES = {contextlib.__file__, getattr(sys.modules.get("functools"), "__file__", ""), weakref.__file__}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -130,7 +175,12 @@ def call_site() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith((_TORCH_DIR, "<frozen")) or os.path.abspath(name) == _THIS or name in _SKIP_FILES or name in _EXTRA_SKIP):
+        if not (
+            name.startswith((_TORCH_DIR, "<frozen"))
+            or os.path.abspath(name) == _THIS
+            or name in _SKIP_FILES
+            or name in _EXTRA_SKIP
+        ):
             return f"{_relative(name)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "?:0"
@@ -153,7 +203,9 @@ class Step:
     tag: str | None = None
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     kinds: collections.Counter[str] = field(default_factory=collections.Counter)
-    sites: dict[str, collections.Counter[str]] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    sites: dict[str, collections.Counter[str]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter)
+    )
     peak: int = 0
     regions: int = 0
     violations: list[str] = field(default_factory=list)
@@ -173,8 +225,16 @@ class _State(threading.local):
 class Census:
     """Count host syncs, transfers, launches, collectives and memory per step (see the module docstring)."""
 
-    def __init__(self, *, untracked: str = "device", placement: str = "tracked", device_class: type | None = None,
-                 emulate_cuda: bool | None = None, skip: tuple[str, ...] = (), cpu_is_device: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        untracked: str = "device",
+        placement: str = "tracked",
+        device_class: type | None = None,
+        emulate_cuda: bool | None = None,
+        skip: tuple[str, ...] = (),
+        cpu_is_device: bool = False,
+    ) -> None:
         if untracked not in ("device", "host"):
             raise ValueError(f"untracked={untracked!r}: expected 'device' or 'host'")
         if placement not in ("tracked", "is_cuda"):
@@ -341,10 +401,16 @@ class Census:
         wrappers: dict[Any, Any] = {}
         census = self
         for name, fn in list(vars(module).items()):
-            if name.startswith("_") or not isinstance(fn, types.FunctionType) or fn.__module__ != module.__name__:
+            if (
+                name.startswith("_")
+                or not isinstance(fn, types.FunctionType)
+                or fn.__module__ != module.__name__
+            ):
                 continue
 
-            def run(*args: Any, _fn: Any = fn, _name: str = f"{module.__name__}.{name}", **kwargs: Any) -> Any:
+            def run(
+                *args: Any, _fn: Any = fn, _name: str = f"{module.__name__}.{name}", **kwargs: Any
+            ) -> Any:
                 with census.kernel(_name):
                     return _fn(*args, **kwargs)
 
@@ -371,7 +437,9 @@ class Census:
         self._patch(obj, name, counted)
 
     def _patch(self, obj: Any, name: str, value: Any) -> None:
-        self._patches.append((obj, name, obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING))
+        self._patches.append(
+            (obj, name, obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING)
+        )
         setattr(obj, name, value)
 
     def _alloc(self, out: torch.Tensor) -> None:
@@ -496,8 +564,10 @@ class Census:
             "metrics": metrics,
             "sites": sites,
             "kinds": dict(sorted(kinds.items())),
-            "per_step": [{m: s.counts[m] for m in COUNTED} | {"peak-memory": s.peak, "capturable": s.capturable()}
-                         for s in steps],
+            "per_step": [
+                {m: s.counts[m] for m in COUNTED} | {"peak-memory": s.peak, "capturable": s.capturable()}
+                for s in steps
+            ],
             "violations": [v for s in steps for v in s.violations],
         }
 
@@ -528,7 +598,9 @@ def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, .
             return torch.device("cpu")
         return a
 
-    return (args[0], *[fix(a) for a in args[1:]]), {k: (fix(v) if k == "device" else v) for k, v in kwargs.items()}
+    return (args[0], *[fix(a) for a in args[1:]]), {
+        k: (fix(v) if k == "device" else v) for k, v in kwargs.items()
+    }
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -549,7 +621,9 @@ class _FunctionMode(TorchFunctionMode):
         super().__init__()
         self.c = census
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
         c = self.c
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
@@ -585,10 +659,16 @@ class _FunctionMode(TorchFunctionMode):
             return c.mark_device(dev)
         if src is None:
             out = func(*args, **kwargs)
-            if (c.placement == "is_cuda" and c.device_class is not None and name in _DEVICE_FACTORIES
-                    and getattr(torch, name, None) is func and kwargs.get("device") is not None
-                    and _device_target(c, (None, kwargs["device"]), {}) is True
-                    and isinstance(out, torch.Tensor) and not getattr(out, "is_cuda", False)):
+            if (
+                c.placement == "is_cuda"
+                and c.device_class is not None
+                and name in _DEVICE_FACTORIES
+                and getattr(torch, name, None) is func
+                and kwargs.get("device") is not None
+                and _device_target(c, (None, kwargs["device"]), {}) is True
+                and isinstance(out, torch.Tensor)
+                and not getattr(out, "is_cuda", False)
+            ):
                 out = c.mark_device(out)  # device memory made by a factory (device= the device's spelling)
             return out
         if name in ("tolist", "numpy", "__array__"):
@@ -634,7 +714,9 @@ class _DispatchMode(TorchDispatchMode):
         super().__init__()
         self.c = census
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
         c = self.c
         kwargs = kwargs or {}
         name = func._schema.name.split("::", 1)[-1]
@@ -672,8 +754,13 @@ class _DispatchMode(TorchDispatchMode):
         is_factory = not inputs
         device_out = not in_host_scope and (any_device or (is_factory and c.untracked == "device"))
         if name == "copy_" and len(inputs) >= 2:
-            if (c.is_device(inputs[0]) and c.is_device(inputs[1]) and not in_host_scope and not c._tls.transfer_depth
-                    and not in_kernel):
+            if (
+                c.is_device(inputs[0])
+                and c.is_device(inputs[1])
+                and not in_host_scope
+                and not c._tls.transfer_depth
+                and not in_kernel
+            ):
                 c.count("graph-launches" if c._capture_depth else "eager-launches", kind="aten.copy_")
             return out
         outs = list(_tensors(out))
@@ -687,10 +774,21 @@ class _DispatchMode(TorchDispatchMode):
             base = "device" if c.is_device(inputs[0]) else ("pinned" if c.is_pinned(inputs[0]) else "host")
             for t in outs:
                 c._place[t] = base
-        if device_out and not c._tls.transfer_depth and not in_kernel and not func.is_view and name not in NON_LAUNCH:
+        if (
+            device_out
+            and not c._tls.transfer_depth
+            and not in_kernel
+            and not func.is_view
+            and name not in NON_LAUNCH
+        ):
             c.count("graph-launches" if c._capture_depth else "eager-launches", kind=f"aten.{name}")
-        if (device_out and not c._tls.transfer_depth and not func.is_view and torch.Tag.inplace not in tags
-                and not name.endswith("_")):
+        if (
+            device_out
+            and not c._tls.transfer_depth
+            and not func.is_view
+            and torch.Tag.inplace not in tags
+            and not name.endswith("_")
+        ):
             for t in outs:
                 c._alloc(t)
         return out

@@ -13,5 +13,11 @@ from probe_io import emit
 
 if __name__ == "__main__":
     gen = importlib.import_module("mlx_lm.generate")
-    emit({name + "_prefill_step_size": inspect.signature(getattr(gen, fn)).parameters["prefill_step_size"].default
-          for name, fn in (("speculative", "speculative_generate_step"), ("generate_step", "generate_step"))})
+    emit(
+        {
+            name + "_prefill_step_size": inspect.signature(getattr(gen, fn))
+            .parameters["prefill_step_size"]
+            .default
+            for name, fn in (("speculative", "speculative_generate_step"), ("generate_step", "generate_step"))
+        }
+    )

@@ -282,7 +282,9 @@ def greedy_step_primitives(model: nn.Module, prompt: mx.array) -> dict[str, Any]
     return calls[1]
 
 
-def logits_rollout(model: nn.Module, prompt: mx.array, steps: int, chunk: int = 0) -> tuple[np.ndarray, list[int]]:
+def logits_rollout(
+    model: nn.Module, prompt: mx.array, steps: int, chunk: int = 0
+) -> tuple[np.ndarray, list[int]]:
     """Prefill ``prompt`` (in chunks of ``chunk`` tokens when set) then ``steps`` greedy decode steps; the
     last-position logits of each step (fp32)."""
     from mlx_lm.models.cache import make_prompt_cache

@@ -24,7 +24,9 @@ if __name__ == "__main__":
 
         model, config = load_model(Path(payload["model"]), lazy=True)
         with contextlib.redirect_stdout(sys.stderr):  # it prints the bits per weight
-            model, config = quantize_model(model, config, payload.get("group_size", 64), payload.get("bits", 4))
+            model, config = quantize_model(
+                model, config, payload.get("group_size", 64), payload.get("bits", 4)
+            )
         mx.eval(model.parameters())
         gc.collect()
         mx.clear_cache()
@@ -36,5 +38,12 @@ if __name__ == "__main__":
                 fused += sum(a.nbytes for a in f.arrays.values())
         active = mx.get_active_memory()
         logits = model(mx.array([[5, 9, 13, 17]]))[0, -1]
-        emit({"param_bytes": params, "active_memory": active, "fused_groups": groups, "fused_bytes": fused,
-              "logits": logits.tolist()})
+        emit(
+            {
+                "param_bytes": params,
+                "active_memory": active,
+                "fused_groups": groups,
+                "fused_bytes": fused,
+                "logits": logits.tolist(),
+            }
+        )

@@ -28,8 +28,11 @@ if __name__ == "__main__":
         kwargs = {"exact_ties": exact} if has_flag else {}
         try:
             got = mx.compile(lambda s, kw=kwargs: _preselected_topk(s, k, **kw))(scores)
-            out[name] = {"compiles": True, "error": None,
-                         "same_set": bool(np.array_equal(np.sort(np.array(got), axis=-1), ref))}
+            out[name] = {
+                "compiles": True,
+                "error": None,
+                "same_set": bool(np.array_equal(np.sort(np.array(got), axis=-1), ref)),
+            }
         except Exception as exc:
             out[name] = {"compiles": False, "error": f"{type(exc).__name__}: {exc}"[:300], "same_set": None}
     emit({"has_flag": has_flag, **out})

@@ -38,9 +38,11 @@ def make(src: Path, dst: Path) -> dict[str, Any]:
     weights = mx.load(str(src / "model.safetensors"))
     text = sorted(k for k in weights if not k.startswith("mtp."))
     mx.random.seed(7)
-    visual = {"model.visual.patch_embed.proj.weight": mx.random.normal((16, 3, 2, 2, 2)),
-              "model.visual.blocks.0.attn.qkv.weight": mx.random.normal((48, 16)),
-              "model.visual.merger.mlp.0.weight": mx.random.normal((64, 64))}
+    visual = {
+        "model.visual.patch_embed.proj.weight": mx.random.normal((16, 3, 2, 2, 2)),
+        "model.visual.blocks.0.attn.qkv.weight": mx.random.normal((48, 16)),
+        "model.visual.merger.mlp.0.weight": mx.random.normal((64, 64)),
+    }
     shards = {
         "model-00001-of-00004.safetensors": {k: weights[k] for k in text[: len(text) // 2]},
         "model-00002-of-00004.safetensors": {k: weights[k] for k in text[len(text) // 2 :]},
@@ -80,8 +82,15 @@ def load(model_dir: Path, tokens: list[int], configs: list[Any]) -> list[dict[st
             h.update(name.encode())
             h.update(digest(value).encode())
         owner = getattr(model, "language_model", model)
-        out.append({"files_read": sorted(calls), "logits": digest(model(mx.array([tokens]))),
-                    "params": len(params), "params_digest": h.hexdigest(), "has_mtp": "mtp" in owner})
+        out.append(
+            {
+                "files_read": sorted(calls),
+                "logits": digest(model(mx.array([tokens]))),
+                "params": len(params),
+                "params_digest": h.hexdigest(),
+                "has_mtp": "mtp" in owner,
+            }
+        )
     return out
 
 

@@ -34,53 +34,165 @@ from probe_io import emit, log, read_payload
 VOCAB = 128
 H = 64
 
-_MOE = {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 32,
-        "routed_scaling_factor": 2.5, "n_group": 2, "topk_group": 1, "norm_topk_prob": True,
-        "topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1}
+_MOE = {
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 32,
+    "routed_scaling_factor": 2.5,
+    "n_group": 2,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "moe_layer_freq": 1,
+}
 _MLA = {"kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "v_head_dim": 8, "qk_nope_head_dim": 8}
-_COMMON = {"vocab_size": VOCAB, "hidden_size": H, "intermediate_size": 128, "num_attention_heads": 2,
-           "num_key_value_heads": 2, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-           "attention_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32",
-           "num_nextn_predict_layers": 1}
+_COMMON = {
+    "vocab_size": VOCAB,
+    "hidden_size": H,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "num_nextn_predict_layers": 1,
+}
 _DSA = {"index_head_dim": 16, "index_n_heads": 2, "index_topk": 4}
-_QWEN_LINEAR = {"linear_num_value_heads": 2, "linear_num_key_heads": 1, "linear_key_head_dim": 16,
-                "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 4}
+_QWEN_LINEAR = {
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+}
 
 CONFIGS: dict[str, dict[str, Any]] = {
     # deepseek_v3's stock sanitize drops `model.layers.61` (hard-coded), so its tiny model has 61 layers.
-    "deepseek_v3": {"model_type": "deepseek_v3", **_COMMON, **_MOE, **_MLA, "num_hidden_layers": 61,
-                    "first_k_dense_replace": 59, "rope_scaling": None},
-    "deepseek_v32": {"model_type": "deepseek_v32", **_COMMON, **_MOE, **_MLA, **_DSA, "num_hidden_layers": 3,
-                     "first_k_dense_replace": 1, "rope_scaling": None},
-    "glm_moe_dsa": {"model_type": "glm_moe_dsa", **_COMMON, **_MOE, **_MLA, **_DSA, "num_hidden_layers": 3,
-                    "first_k_dense_replace": 1, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}},
-    "glm4_moe": {"model_type": "glm4_moe", **_COMMON, **_MOE, "num_hidden_layers": 3, "first_k_dense_replace": 1,
-                 "head_dim": 16, "use_qk_norm": True, "partial_rotary_factor": 0.5, "rope_scaling": None},
-    "glm4_moe_lite": {"model_type": "glm4_moe_lite", **_COMMON, **_MOE, **_MLA, "num_hidden_layers": 3,
-                      "first_k_dense_replace": 1, "rope_scaling": None},
-    "qwen3_next": {"model_type": "qwen3_next", **_COMMON, **_QWEN_LINEAR, "num_hidden_layers": 4, "head_dim": 16,
-                   "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-                   "shared_expert_intermediate_size": 32, "mlp_only_layers": [], "moe_intermediate_size": 32,
-                   "partial_rotary_factor": 0.5, "norm_topk_prob": True, "rope_scaling": None,
-                   "mtp_num_hidden_layers": 1},
-    "qwen3_5": {"model_type": "qwen3_5", "tie_word_embeddings": False, "torch_dtype": "float32",
-                "text_config": {"model_type": "qwen3_5_text", **_COMMON, **_QWEN_LINEAR, "num_hidden_layers": 4,
-                                "head_dim": 16, "mtp_num_hidden_layers": 1,
-                                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                                    "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}}},
-    "qwen3_5_moe": {"model_type": "qwen3_5_moe", "tie_word_embeddings": False, "torch_dtype": "float32",
-                    "text_config": {"model_type": "qwen3_5_moe_text", **_COMMON, **_QWEN_LINEAR,
-                                    "num_hidden_layers": 4, "head_dim": 16, "mtp_num_hidden_layers": 1,
-                                    "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-                                    "shared_expert_intermediate_size": 32, "moe_intermediate_size": 32,
-                                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                                        "partial_rotary_factor": 0.5,
-                                                        "mrope_section": [2, 1, 1]}}},
+    "deepseek_v3": {
+        "model_type": "deepseek_v3",
+        **_COMMON,
+        **_MOE,
+        **_MLA,
+        "num_hidden_layers": 61,
+        "first_k_dense_replace": 59,
+        "rope_scaling": None,
+    },
+    "deepseek_v32": {
+        "model_type": "deepseek_v32",
+        **_COMMON,
+        **_MOE,
+        **_MLA,
+        **_DSA,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "rope_scaling": None,
+    },
+    "glm_moe_dsa": {
+        "model_type": "glm_moe_dsa",
+        **_COMMON,
+        **_MOE,
+        **_MLA,
+        **_DSA,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    },
+    "glm4_moe": {
+        "model_type": "glm4_moe",
+        **_COMMON,
+        **_MOE,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "head_dim": 16,
+        "use_qk_norm": True,
+        "partial_rotary_factor": 0.5,
+        "rope_scaling": None,
+    },
+    "glm4_moe_lite": {
+        "model_type": "glm4_moe_lite",
+        **_COMMON,
+        **_MOE,
+        **_MLA,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "rope_scaling": None,
+    },
+    "qwen3_next": {
+        "model_type": "qwen3_next",
+        **_COMMON,
+        **_QWEN_LINEAR,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "shared_expert_intermediate_size": 32,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": 32,
+        "partial_rotary_factor": 0.5,
+        "norm_topk_prob": True,
+        "rope_scaling": None,
+        "mtp_num_hidden_layers": 1,
+    },
+    "qwen3_5": {
+        "model_type": "qwen3_5",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "text_config": {
+            "model_type": "qwen3_5_text",
+            **_COMMON,
+            **_QWEN_LINEAR,
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "mtp_num_hidden_layers": 1,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "mrope_section": [2, 1, 1],
+            },
+        },
+    },
+    "qwen3_5_moe": {
+        "model_type": "qwen3_5_moe",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "text_config": {
+            "model_type": "qwen3_5_moe_text",
+            **_COMMON,
+            **_QWEN_LINEAR,
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "mtp_num_hidden_layers": 1,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 1,
+            "shared_expert_intermediate_size": 32,
+            "moe_intermediate_size": 32,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "mrope_section": [2, 1, 1],
+            },
+        },
+    },
 }
 QWEN = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 MLA = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite")
-QWEN_SHIFTED = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
-                ".q_norm.weight", ".k_norm.weight")
+QWEN_SHIFTED = (
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+)
 
 
 def _noise(shape: tuple[int, ...], scale: float) -> mx.array:
@@ -147,16 +259,20 @@ def _to_hf(family: str, params: dict[str, mx.array]) -> dict[str, mx.array]:
             value = value - 1.0  # stored zero-centred
         if family != "qwen3_next":
             if name.startswith("language_model.model."):
-                name = "model.language_model." + name[len("language_model.model."):]
+                name = "model.language_model." + name[len("language_model.model.") :]
             elif name.startswith("language_model."):
-                name = name[len("language_model."):]
+                name = name[len("language_model.") :]
         out[name] = value
     return out
 
 
 def _qwen_mtp(hf: dict[str, mx.array], family: str) -> dict[str, mx.array]:
     base = "model.layers.3." if family == "qwen3_next" else "model.language_model.layers.3."
-    mtp = {f"mtp.layers.0.{k[len(base):]}": v + _noise(v.shape, 0.02) for k, v in hf.items() if k.startswith(base)}
+    mtp = {
+        f"mtp.layers.0.{k[len(base) :]}": v + _noise(v.shape, 0.02)
+        for k, v in hf.items()
+        if k.startswith(base)
+    }
     mtp["mtp.fc.weight"] = _noise((H, 2 * H), (2 * H) ** -0.5)
     for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
         mtp[norm] = _noise((H,), 0.1)  # zero-centred, like the main norms
@@ -166,7 +282,7 @@ def _qwen_mtp(hf: dict[str, mx.array], family: str) -> dict[str, mx.array]:
 def _nextn_mtp(hf: dict[str, mx.array], first: int) -> dict[str, mx.array]:
     base = f"model.layers.{first - 1}."
     p = f"model.layers.{first}."
-    mtp = {p + k[len(base):]: v + _noise(v.shape, 0.02) for k, v in hf.items() if k.startswith(base)}
+    mtp = {p + k[len(base) :]: v + _noise(v.shape, 0.02) for k, v in hf.items() if k.startswith(base)}
     mtp[p + "enorm.weight"] = 1.0 + _noise((H,), 0.1)
     mtp[p + "hnorm.weight"] = 1.0 + _noise((H,), 0.1)
     mtp[p + "eh_proj.weight"] = _noise((H, 2 * H), (2 * H) ** -0.5)
@@ -183,9 +299,17 @@ def write_tokenizer(out: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": 512}))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 512,
+            }
+        )
+    )
 
 
 def build(family: str, out: Path, seed: int) -> dict[str, Any]:
@@ -200,8 +324,14 @@ def build(family: str, out: Path, seed: int) -> dict[str, Any]:
     (out / "config.json").write_text(json.dumps({**config, "bos_token_id": 1, "eos_token_id": 2}, indent=1))
     write_tokenizer(out)
     experts = 0 if family == "qwen3_5" else int(text.get("num_experts") or text.get("n_routed_experts") or 0)
-    return {"dir": str(out), "style": "qwen" if family in QWEN else "nextn", "first": first, "experts": experts,
-            "mla": family in MLA, "mtp_raw": sorted(mtp)}
+    return {
+        "dir": str(out),
+        "style": "qwen" if family in QWEN else "nextn",
+        "first": first,
+        "experts": experts,
+        "mla": family in MLA,
+        "mtp_raw": sorted(mtp),
+    }
 
 
 def cached_build(out: Path, families: list[str], seed: int) -> dict[str, Any]:
@@ -209,8 +339,11 @@ def cached_build(out: Path, families: list[str], seed: int) -> dict[str, Any]:
     h = hashlib.sha256()
     for name in ("mtp_build.py", "mtp_common.py"):
         h.update((here / name).read_bytes())
-    h.update(json.dumps([families, seed, importlib.metadata.version("mlx"),
-                         importlib.metadata.version("mlx-lm")]).encode())
+    h.update(
+        json.dumps(
+            [families, seed, importlib.metadata.version("mlx"), importlib.metadata.version("mlx-lm")]
+        ).encode()
+    )
     name = f"mtp-families-{h.hexdigest()[:12]}"
 
     def make(scratch: Path) -> None:

@@ -31,8 +31,13 @@ def primitives(*arrays: mx.array) -> list[str]:
         path = Path(tmp) / "graph.dot"
         mx.export_to_dot(str(path), *arrays)
         text = path.read_text()
-    names = [m.group(1) for line in text.splitlines() if "shape=rectangle" in line
-             for m in [re.search(r'label\s*=\s*"([^"]+)"', line)] if m]
+    names = [
+        m.group(1)
+        for line in text.splitlines()
+        if "shape=rectangle" in line
+        for m in [re.search(r'label\s*=\s*"([^"]+)"', line)]
+        if m
+    ]
     return sorted(names)
 
 
@@ -46,8 +51,9 @@ def sanitized(model_dir: Path, keep: bool) -> tuple[dict[str, mx.array], dict[st
     return raw, model.sanitize(dict(raw))
 
 
-def describe_mtp(model: Any, tokens: mx.array, info: dict[str, Any], raw: dict[str, mx.array],
-                 clean: dict[str, mx.array]) -> dict[str, Any]:
+def describe_mtp(
+    model: Any, tokens: mx.array, info: dict[str, Any], raw: dict[str, mx.array], clean: dict[str, mx.array]
+) -> dict[str, Any]:
     from mlx_lm.models import mtp as mtp_lib
 
     out: dict[str, Any] = {"has_mtp": mtp_lib.has_mtp(model)}
@@ -60,21 +66,25 @@ def describe_mtp(model: Any, tokens: mx.array, info: dict[str, Any], raw: dict[s
     out["module"] = type(head).__name__
     out["prefix"] = prefix
     out["names"] = names
-    out["kept"] = sorted(k[len(prefix):] for k in clean if k.startswith(prefix))
+    out["kept"] = sorted(k[len(prefix) :] for k in clean if k.startswith(prefix))
     out["same_object"] = head is owner["mtp"]
 
     # Values: the head's own projection is the checkpoint's; Qwen zero-centred norms get +1.
     if info["style"] == "qwen":
-        shifted = [mx.array_equal(clean[prefix + n], raw["mtp." + n] + 1.0).item()
-                   for n in ("norm.weight", "pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight")]
+        shifted = [
+            mx.array_equal(clean[prefix + n], raw["mtp." + n] + 1.0).item()
+            for n in ("norm.weight", "pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight")
+        ]
         out["norm_shift"] = all(shifted)
         out["proj_equal"] = mx.array_equal(clean[prefix + "fc.weight"], raw["mtp.fc.weight"]).item()
     else:
         first = info["first"]
-        out["proj_equal"] = mx.array_equal(clean[prefix + "layers.0.eh_proj.weight"],
-                                           raw[f"model.layers.{first}.eh_proj.weight"]).item()
-        out["norm_shift"] = mx.array_equal(clean[prefix + "layers.0.enorm.weight"],
-                                           raw[f"model.layers.{first}.enorm.weight"]).item()
+        out["proj_equal"] = mx.array_equal(
+            clean[prefix + "layers.0.eh_proj.weight"], raw[f"model.layers.{first}.eh_proj.weight"]
+        ).item()
+        out["norm_shift"] = mx.array_equal(
+            clean[prefix + "layers.0.enorm.weight"], raw[f"model.layers.{first}.enorm.weight"]
+        ).item()
 
     # return_hidden: same logits, hidden = the input of lm_head.
     logits = model(tokens)
@@ -95,8 +105,11 @@ def describe_mtp(model: Any, tokens: mx.array, info: dict[str, Any], raw: dict[s
     stepwise = mx.concatenate(steps, axis=1)
     out["shapes"] = {"logits": list(full_logits.shape), "hidden": list(full_hidden.shape)}
     out["cached_vs_full_max_abs"] = mx.abs(stepwise - full_logits).max().item()
-    out["cache"] = {"types": [type(c).__name__ for c in cache], "trimmable": [c.is_trimmable() for c in cache],
-                    "offset": [c[0].offset if hasattr(c, "caches") else c.offset for c in cache]}
+    out["cache"] = {
+        "types": [type(c).__name__ for c in cache],
+        "trimmable": [c.is_trimmable() for c in cache],
+        "offset": [c[0].offset if hasattr(c, "caches") else c.offset for c in cache],
+    }
 
     # Chained draft step (MTP hidden -> next step), then trim it away and redo it: identical logits.
     draft = mx.argmax(full_logits[:, -1:], axis=-1)
@@ -108,9 +121,13 @@ def describe_mtp(model: Any, tokens: mx.array, info: dict[str, Any], raw: dict[s
     out["redo_equal"] = mx.array_equal(chained, again).item()
 
     # Weight sharing: the head holds no embedding / output head of its own, and uses the target's.
-    out["own_embed_or_head"] = [k for k in names if "embed_tokens" in k or "lm_head" in k or k.endswith("head.weight")]
-    out["param_count"] = {"mtp": sum(v.size for _, v in tree_flatten(head.parameters())),
-                          "total": sum(v.size for _, v in tree_flatten(model.parameters()))}
+    out["own_embed_or_head"] = [
+        k for k in names if "embed_tokens" in k or "lm_head" in k or k.endswith("head.weight")
+    ]
+    out["param_count"] = {
+        "mtp": sum(v.size for _, v in tree_flatten(head.parameters())),
+        "total": sum(v.size for _, v in tree_flatten(model.parameters())),
+    }
     if "lm_head" in owner:
         owner.lm_head.weight = mx.zeros_like(owner.lm_head.weight)
     else:

@@ -26,8 +26,9 @@ from probe_io import emit, log, read_payload
 def serial(model: Any, prompt: list[int], max_tokens: int) -> list[int]:
     generate = importlib.import_module("mlx_lm.generate")
     out = []
-    for token, _ in generate.generate_step(mx.array(prompt), model, max_tokens=max_tokens,
-                                           sampler=lambda x: mx.argmax(x, axis=-1)):
+    for token, _ in generate.generate_step(
+        mx.array(prompt), model, max_tokens=max_tokens, sampler=lambda x: mx.argmax(x, axis=-1)
+    ):
         out.append(int(token))
     return out
 
@@ -83,7 +84,13 @@ def main() -> None:
     reference = mlx_mtp.load_head(model, str(model_dir / "model.safetensors"), config)
     tokenizer = load_tokenizer(model_dir)
     prompts = [tokenizer.encode(text) for text in payload["prompts"]]
-    result: dict[str, Any] = {"logits_max_abs": [], "hidden_max_abs": [], "serial": [], "spec": {}, "prompts": prompts}
+    result: dict[str, Any] = {
+        "logits_max_abs": [],
+        "hidden_max_abs": [],
+        "serial": [],
+        "spec": {},
+        "prompts": prompts,
+    }
     for prompt in prompts:
         tokens = mx.array([prompt])
         _, hidden = model(tokens, return_hidden=True)
@@ -97,8 +104,10 @@ def main() -> None:
     for k in payload["k"]:
         log(f"mtp_reference: k={k}")
         runs = [mtp_greedy(model, p, payload["max_tokens"], k) for p in prompts]
-        refs = [mlx_mtp.speculative_greedy(model, reference, p, max_tokens=payload["max_tokens"], k=k)
-                for p in prompts]
+        refs = [
+            mlx_mtp.speculative_greedy(model, reference, p, max_tokens=payload["max_tokens"], k=k)
+            for p in prompts
+        ]
         result["spec"][str(k)] = {
             "tokens": [r["tokens"] for r in runs],
             "drafted": sum(r["drafted"] for r in runs),

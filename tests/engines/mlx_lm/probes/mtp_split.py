@@ -26,8 +26,15 @@ from mtp_common import digest
 from probe_io import emit, log, read_payload
 
 # Norms a Hugging Face Qwen checkpoint stores zero-centred (the splitter adds 1, as sanitize does).
-NORM_SUFFIXES = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight",
-                 "norm.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight")
+NORM_SUFFIXES = (
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+    "norm.weight",
+    "pre_fc_norm_embedding.weight",
+    "pre_fc_norm_hidden.weight",
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 
 
@@ -46,7 +53,7 @@ def split(job: dict[str, Any]) -> dict[str, Any]:
             for key, value in mx.load(str(path)).items():
                 if not key.startswith("mtp."):
                     continue
-                key = key[len("mtp."):]
+                key = key[len("mtp.") :]
                 if value.ndim == 1 and key.endswith(NORM_SUFFIXES):
                     value = value + 1.0
                 head[key] = value
@@ -59,8 +66,12 @@ def split(job: dict[str, Any]) -> dict[str, Any]:
     dst.mkdir(parents=True, exist_ok=True)
     mx.eval(list(head.values()))
     mx.save_safetensors(str(dst / "model.safetensors"), head, metadata={"format": "mlx"})
-    drafter = {"model_type": f"{_family(config)}_mtp", "text_config": text_config, "block_size": 3,
-               "tie_word_embeddings": bool(text_config.get("tie_word_embeddings", True))}
+    drafter = {
+        "model_type": f"{_family(config)}_mtp",
+        "text_config": text_config,
+        "block_size": 3,
+        "tie_word_embeddings": bool(text_config.get("tie_word_embeddings", True)),
+    }
     if any(k.endswith(".scales") for k in head) and config.get("quantization"):
         drafter["quantization"] = drafter["quantization_config"] = config["quantization"]
     (dst / "config.json").write_text(json.dumps(dict(sorted(drafter.items())), indent=2))
@@ -90,8 +101,11 @@ def load(jobs: list[dict[str, Any]], tokens: list[int]) -> list[dict[str, Any]]:
         if has_mtp is not None and has_mtp(model):
             _, hidden = model(prompt, return_hidden=True)
             logits, _ = model.mtp_forward(hidden[:, :-1], prompt[:, 1:])
-            entry.update(has_mtp=True, mtp_logits=digest(logits),
-                         quantized=sum(1 for _, m in model.mtp.named_modules() if hasattr(m, "bits")))
+            entry.update(
+                has_mtp=True,
+                mtp_logits=digest(logits),
+                quantized=sum(1 for _, m in model.mtp.named_modules() if hasattr(m, "bits")),
+            )
         out.append(entry)
     return out
 

@@ -52,8 +52,9 @@ if __name__ == "__main__":
     h0 = hidden[:, -1:]
 
     def m_k(h: mx.array, t: int) -> mx.array:
-        pair = mx.concatenate([rms(emb[t][None, None], layer.enorm.weight, eps),
-                               rms(h, layer.hnorm.weight, eps)], axis=-1)
+        pair = mx.concatenate(
+            [rms(emb[t][None, None], layer.enorm.weight, eps), rms(h, layer.hnorm.weight, eps)], axis=-1
+        )
         return pair @ layer.eh_proj.weight.T
 
     def trm(xs: mx.array) -> mx.array:
@@ -76,6 +77,12 @@ if __name__ == "__main__":
     def diff(a: mx.array, b: mx.array) -> float:
         return float(mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max())
 
-    emit({"depth1_max_abs": diff(logits1, ref1), "depth2_max_abs": diff(logits2, ref2),
-          "depth2_prenorm_max_abs": diff(logits2, ref2_pre), "hidden_is_normed": diff(hid1, normed1),
-          "ref_gap": diff(ref2, ref2_pre)})
+    emit(
+        {
+            "depth1_max_abs": diff(logits1, ref1),
+            "depth2_max_abs": diff(logits2, ref2),
+            "depth2_prenorm_max_abs": diff(logits2, ref2_pre),
+            "hidden_is_normed": diff(hid1, normed1),
+            "ref_gap": diff(ref2, ref2_pre),
+        }
+    )

@@ -36,10 +36,19 @@ if __name__ == "__main__":
     except ImportError:
         mtp = False
     fake = SimpleNamespace(model_provider=provider, cli_args=provider.cli_args)
-    batchable = {kind: bool(server.ResponseGenerator._is_batchable(fake, SimpleNamespace(seed=None, draft_kind=kind)))
-                 for kind in ("model", "mtp")}
+    batchable = {
+        kind: bool(server.ResponseGenerator._is_batchable(fake, SimpleNamespace(seed=None, draft_kind=kind)))
+        for kind in ("model", "mtp")
+    }
     prompts = [provider.tokenizer.encode(text) for text in payload["prompts"]]
-    out = gen.batch_generate(provider.model, provider.tokenizer, prompts,
-                             max_tokens=payload["max_tokens"], verbose=False)
-    emit({"has_mtp": mtp, "provider_batchable": bool(provider.is_batchable), "batchable": batchable,
-          "batch_texts": out.texts})
+    out = gen.batch_generate(
+        provider.model, provider.tokenizer, prompts, max_tokens=payload["max_tokens"], verbose=False
+    )
+    emit(
+        {
+            "has_mtp": mtp,
+            "provider_batchable": bool(provider.is_batchable),
+            "batchable": batchable,
+            "batch_texts": out.texts,
+        }
+    )

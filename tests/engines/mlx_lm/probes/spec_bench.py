@@ -47,8 +47,12 @@ def main() -> None:
             kwargs["draft_kind"] = "mtp"
         if stats is not None:
             kwargs["spec_stats"] = stats
-        return ((t, f) for t, _, f in gen.speculative_generate_step(
-            prompt, model, draft, num_draft_tokens=p["k"], max_tokens=n, **kwargs))
+        return (
+            (t, f)
+            for t, _, f in gen.speculative_generate_step(
+                prompt, model, draft, num_draft_tokens=p["k"], max_tokens=n, **kwargs
+            )
+        )
 
     ids = [tokenizer.encode(text) for text in p["prompts"]]
     modes = p["modes"]
@@ -57,9 +61,12 @@ def main() -> None:
             pass
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for j, prompt_ids in enumerate(ids):
-        for mode in modes[j % len(modes):] + modes[: j % len(modes)]:
-            stats = gen.SpeculativeStats("mtp" if mtp else "model") if (
-                mode != "serial" and hasattr(gen, "SpeculativeStats")) else None
+        for mode in modes[j % len(modes) :] + modes[: j % len(modes)]:
+            stats = (
+                gen.SpeculativeStats("mtp" if mtp else "model")
+                if (mode != "serial" and hasattr(gen, "SpeculativeStats"))
+                else None
+            )
             mx.random.seed(j)
             out: list[int] = []
             drafted = 0
@@ -70,10 +77,23 @@ def main() -> None:
                 if i == 0:
                     t0, c0 = time.perf_counter(), time.process_time()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            runs[mode].append({"tokens": out, "text": tokenizer.decode(out), "n": len(out), "wall": wall,
-                               "cpu": cpu, "from_draft": drafted,
-                               "stats": stats.as_dict() if stats is not None else None})
-    emit({"modes": {m: {"runs": r} for m, r in runs.items()}, "mlx_lm": importlib.import_module("mlx_lm").__version__})
+            runs[mode].append(
+                {
+                    "tokens": out,
+                    "text": tokenizer.decode(out),
+                    "n": len(out),
+                    "wall": wall,
+                    "cpu": cpu,
+                    "from_draft": drafted,
+                    "stats": stats.as_dict() if stats is not None else None,
+                }
+            )
+    emit(
+        {
+            "modes": {m: {"runs": r} for m, r in runs.items()},
+            "mlx_lm": importlib.import_module("mlx_lm").__version__,
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -22,40 +22,85 @@ VOCAB = 256
 
 def _llama(layers: int = 2, hidden: int = 64, **extra: Any) -> dict[str, Any]:
     return {
-        "model_type": "llama", "vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 2 * hidden,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, **extra,
+        "model_type": "llama",
+        "vocab_size": VOCAB,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": hidden // 4,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        **extra,
     }
 
 
 def _qwen3(layers: int = 2, hidden: int = 64) -> dict[str, Any]:
     """No ``make_cache``: ``max_kv_size`` gives it ``RotatingKVCache(max_kv_size, keep=4)`` layers."""
     return {
-        "model_type": "qwen3", "vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 2 * hidden,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": hidden // 4,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False, "max_position_embeddings": 4096,
+        "model_type": "qwen3",
+        "vocab_size": VOCAB,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": hidden // 4,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 4096,
     }
 
 
 def _qwen3_5(layers: int = 4, hidden: int = 64) -> dict[str, Any]:
     text = {
-        "model_type": "qwen3_5_text", "vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 2 * hidden,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 2,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attn_output_gate": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
-                            "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        "model_type": "qwen3_5_text",
+        "vocab_size": VOCAB,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "linear_num_key_heads": 1,
+        "linear_num_value_heads": 2,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 2,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "attn_output_gate": True,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
     }
     return {"model_type": "qwen3_5", "text_config": text, "tie_word_embeddings": False}
 
 
 def _gemma3(layers: int = 3, hidden: int = 64, window: int = 12) -> dict[str, Any]:
     return {
-        "model_type": "gemma3_text", "vocab_size": VOCAB, "hidden_size": hidden, "intermediate_size": 2 * hidden,
-        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "rms_norm_eps": 1e-6, "sliding_window": window, "sliding_window_pattern": 3,
-        "query_pre_attn_scalar": 16, "rope_theta": 10000.0, "rope_local_base_freq": 10000.0,
+        "model_type": "gemma3_text",
+        "vocab_size": VOCAB,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "rms_norm_eps": 1e-6,
+        "sliding_window": window,
+        "sliding_window_pattern": 3,
+        "query_pre_attn_scalar": 16,
+        "rope_theta": 10000.0,
+        "rope_local_base_freq": 10000.0,
     }
 
 
@@ -65,15 +110,27 @@ ARCHS = {"llama": _llama, "qwen3": _qwen3, "qwen3_5": _qwen3_5, "gemma3": _gemma
 def _tokenizer_files(path: Path) -> None:
     vocab = {f"<{i}>": i for i in range(VOCAB)}
     tok = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
-        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<0>"},
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<0>"},
     }
     (path / "tokenizer.json").write_text(json.dumps(tok))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": f"<{VOCAB - 1}>", "unk_token": "<0>",
-        "model_max_length": 100000,
-    }))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": f"<{VOCAB - 1}>",
+                "unk_token": "<0>",
+                "model_max_length": 100000,
+            }
+        )
+    )
 
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -109,8 +166,17 @@ def _save(model: nn.Module, config: dict[str, Any], path: Path) -> None:
     _tokenizer_files(path)
 
 
-def build(path: str, arch: str, *, seed: int = 0, sharpen: float = 4.0, attn_gain: float = 1.0,
-          like: str | None = None, noise: float = 0.0, **shape: Any) -> str:
+def build(
+    path: str,
+    arch: str,
+    *,
+    seed: int = 0,
+    sharpen: float = 4.0,
+    attn_gain: float = 1.0,
+    like: str | None = None,
+    noise: float = 0.0,
+    **shape: Any,
+) -> str:
     """Write a tiny model to ``path`` (skip if there). ``like``: start from that model's weights, plus ``noise``
     (relative Gaussian noise per tensor, seeded by ``seed``)."""
     from mlx_lm.utils import _get_classes, load_model
@@ -122,8 +188,14 @@ def build(path: str, arch: str, *, seed: int = 0, sharpen: float = 4.0, attn_gai
         model, config = load_model(Path(like))
         if noise:
             mx.random.seed(seed)
-            model.update(tree_map(lambda p: p + noise * mx.std(p) * mx.random.normal(p.shape, dtype=p.dtype)
-                                  if p.ndim >= 2 else p, model.parameters()))
+            model.update(
+                tree_map(
+                    lambda p: (
+                        p + noise * mx.std(p) * mx.random.normal(p.shape, dtype=p.dtype) if p.ndim >= 2 else p
+                    ),
+                    model.parameters(),
+                )
+            )
         _save(model, config, out)
         return path
     config = ARCHS[arch](**shape)

@@ -120,7 +120,10 @@ def _capture_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
         model(steps[:t][None], cache=caches[1])
         a = [x for c in caches[0] if isinstance(c, C.ArraysCache) for x in c.cache]
         b = [x for c in caches[1] if isinstance(c, C.ArraysCache) for x in c.cache]
-        out[str(t)] = {"recorded": recorded, "max_abs_diff": max(float(mx.abs(x - y).max()) for x, y in zip(a, b))}
+        out[str(t)] = {
+            "recorded": recorded,
+            "max_abs_diff": max(float(mx.abs(x - y).max()) for x, y in zip(a, b)),
+        }
     return out
 
 
@@ -159,8 +162,13 @@ def _ring_unit(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
         del history[len(history) - n :]
         if rng.random() < 0.3:
             write([rng.randrange(1, 255) for _ in range(rng.choice([2, slack + 3]))])
-    return {"max_abs_diff": worst, "checks": checks, "slots": largest, "offset": cache[0].offset,
-            "history": len(history)}
+    return {
+        "max_abs_diff": worst,
+        "checks": checks,
+        "slots": largest,
+        "offset": cache[0].offset,
+        "history": len(history),
+    }
 
 
 def _run_one(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
@@ -205,23 +213,39 @@ def _run_one(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
             flags.append(bool(from_draft))
     elif api == "stream":
         last = None
-        for resp in gen.stream_generate(target, tokenizer, ids, max_tokens=case["max_tokens"], draft_model=draft,
-                                        num_draft_tokens=case.get("k", 2), **kwargs):
+        for resp in gen.stream_generate(
+            target,
+            tokenizer,
+            ids,
+            max_tokens=case["max_tokens"],
+            draft_model=draft,
+            num_draft_tokens=case.get("k", 2),
+            **kwargs,
+        ):
             tokens.append(int(resp.token))
             flags.append(bool(resp.from_draft))
             last = resp
         stats = getattr(last, "spec_stats", None)
-        return {"tokens": tokens, "from_draft": flags, "stats": stats,
-                "has_field": last is not None and hasattr(last, "spec_stats")}
+        return {
+            "tokens": tokens,
+            "from_draft": flags,
+            "stats": stats,
+            "has_field": last is not None and hasattr(last, "spec_stats"),
+        }
     else:
         raise ValueError(f"unknown api {api!r}")
-    out: dict[str, Any] = {"tokens": tokens, "from_draft": flags,
-                           "stats": stats.as_dict() if stats is not None else None}
+    out: dict[str, Any] = {
+        "tokens": tokens,
+        "from_draft": flags,
+        "stats": stats.as_dict() if stats is not None else None,
+    }
     if cache is not None:
         n = len(target.layers)
         out["offsets"] = {"target": _offset(cache[0]), "draft": _offset(cache[n]) if len(cache) > n else None}
         keys = getattr(cache[-1], "keys", None)
-        out["draft_slots"] = int(keys.shape[2]) if keys is not None and not isinstance(keys, (list, tuple)) else None
+        out["draft_slots"] = (
+            int(keys.shape[2]) if keys is not None and not isinstance(keys, (list, tuple)) else None
+        )
     return out
 
 
@@ -231,8 +255,16 @@ def _without_step_capture() -> Any:
 
     original = gd.gated_delta_ops
 
-    def ops(q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any = None, mask: Any = None,
-            step_states: Any = None) -> Any:
+    def ops(
+        q: Any,
+        k: Any,
+        v: Any,
+        g: Any,
+        beta: Any,
+        state: Any = None,
+        mask: Any = None,
+        step_states: Any = None,
+    ) -> Any:
         return original(q, k, v, g, beta, state, mask)
 
     gd.gated_delta_ops = ops

@@ -37,8 +37,9 @@ from probe_io import emit, read_payload
 def _sampler(cfg: dict[str, Any]) -> Any:
     from mlx_lm.sample_utils import make_sampler
 
-    return make_sampler(cfg["temp"], top_p=cfg.get("top_p", 0.0), min_p=cfg.get("min_p", 0.0),
-                        top_k=cfg.get("top_k", 0))
+    return make_sampler(
+        cfg["temp"], top_p=cfg.get("top_p", 0.0), min_p=cfg.get("min_p", 0.0), top_k=cfg.get("top_k", 0)
+    )
 
 
 def _processors(cfg: dict[str, Any]) -> list[Any]:
@@ -84,8 +85,11 @@ def _reference(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, An
         ref: dict[str, Any] = {"p0": p0.tolist(), "p1": p1.tolist()}
         if draft is not None:
             q0 = _probs(cfg, prompt, _last_logits(draft, [prompt]))
-            ref.update(q0=q0.tolist(), accept_min=float(np.minimum(p0, q0).sum()),
-                       accept_exact=float((p0 * q0).sum()))
+            ref.update(
+                q0=q0.tolist(),
+                accept_min=float(np.minimum(p0, q0).sum()),
+                accept_exact=float((p0 * q0).sum()),
+            )
         out[cfg["name"]] = ref
     return out
 
@@ -128,13 +132,22 @@ def _sample(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
             mx.random.seed(seed)
             procs = _processors(cfg)
             if mode == "serial":
-                steps = gen.generate_step(prompt, target, max_tokens=2, sampler=sampler, logits_processors=procs)
+                steps = gen.generate_step(
+                    prompt, target, max_tokens=2, sampler=sampler, logits_processors=procs
+                )
                 toks = [(int(t), False) for t, _ in steps]
             else:
                 kwargs: dict[str, Any] = {"draft_kind": "mtp"} if draft is None else {}
-                steps = gen.speculative_generate_step(prompt, target, draft, num_draft_tokens=payload["k"],
-                                                      max_tokens=2, sampler=sampler, logits_processors=procs,
-                                                      **kwargs)
+                steps = gen.speculative_generate_step(
+                    prompt,
+                    target,
+                    draft,
+                    num_draft_tokens=payload["k"],
+                    max_tokens=2,
+                    sampler=sampler,
+                    logits_processors=procs,
+                    **kwargs,
+                )
                 toks = [(int(t), bool(d)) for t, _, d in steps]
             for pos, (tok, _) in enumerate(toks[:2]):
                 hist[pos][tok] = hist[pos].get(tok, 0) + 1
@@ -168,8 +181,10 @@ def _unit(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
             drafts = mx.random.categorical(logq)
             accept, residual = fn(logp, logq, drafts)
             emitted = mx.where(accept, drafts, residual)
-            res[name] = {"counts": np.bincount(np.array(emitted), minlength=p.size).tolist(),
-                         "accepted": int(accept.sum().item())}
+            res[name] = {
+                "counts": np.bincount(np.array(emitted), minlength=p.size).tolist(),
+                "accepted": int(accept.sum().item()),
+            }
         out[cfg["name"]] = res
     return out
 
@@ -189,7 +204,9 @@ def main() -> None:
     target, _ = load_model(Path(payload["target"]), model_config=config or {})
     draft = load_model(Path(payload["draft"]))[0] if payload.get("draft") else None
     tic = time.perf_counter()
-    out: dict[str, Any] = {"reference": _reference(payload, target, draft) if payload.get("reference") else None}
+    out: dict[str, Any] = {
+        "reference": _reference(payload, target, draft) if payload.get("reference") else None
+    }
     if payload.get("mode") == "unit":
         out["unit"] = _unit(payload, target, draft)
     elif payload.get("mode"):

@@ -26,8 +26,11 @@ def _free_port() -> int:
 
 
 def _post(port: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return {"status": resp.status, "body": json.loads(resp.read())}
@@ -39,8 +42,12 @@ def main() -> None:
     payload = read_payload()
     port = _free_port()
     timeout = float(payload.get("timeout", 120))
-    proc = subprocess.Popen([sys.executable, "-m", "mlx_lm", "server", "--port", str(port), *payload["args"]],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlx_lm", "server", "--port", str(port), *payload["args"]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + timeout
         while True:

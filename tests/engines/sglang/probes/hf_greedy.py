@@ -20,7 +20,7 @@ def main() -> int:
     n = int(payload["max_new_tokens"])
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None)
-    sys.stdout.write(json.dumps({"output_ids": out[0, ids.shape[1]:].tolist()}) + "\n")
+    sys.stdout.write(json.dumps({"output_ids": out[0, ids.shape[1] :].tolist()}) + "\n")
     return 0
 
 

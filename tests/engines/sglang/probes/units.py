@@ -108,7 +108,12 @@ class _Launches:
     does inside is not counted). ``ops``: the op names in order."""
 
     _NO_KERNEL = {  # noqa: RUF012 (a constant table)"detach", "lift_fresh", "alias", "empty", "empty_strided", "empty_like", "new_empty",
-                  "_local_scalar_dense", "set_", "resize_", "is_nonzero", "scalar_tensor"}
+        "_local_scalar_dense",
+        "set_",
+        "resize_",
+        "is_nonzero",
+        "scalar_tensor",
+    }
 
     def __init__(self, eu: Any) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -151,11 +156,21 @@ class _Launches:
 # 5 steps: width 6), each with its own graph batch sizes.
 _VERIFY_RUNNERS = {"steps3": (4, (1, 4, 8)), "steps2": (3, (1, 4)), "steps5": (6, (4,))}
 # (runner that apply_runtime_state made current, or None for an eager verify; graph bs; real bs)
-_VERIFY_STEPS = [("steps3", 1, 1), ("steps3", 4, 3), ("steps2", 4, 3), ("steps5", 4, 2), ("steps2", 1, 1),
-                 ("steps3", 8, 8), ("steps5", 4, 4), (None, 0, 2)]
+_VERIFY_STEPS = [
+    ("steps3", 1, 1),
+    ("steps3", 4, 3),
+    ("steps2", 4, 3),
+    ("steps5", 4, 2),
+    ("steps2", 1, 1),
+    ("steps3", 8, 8),
+    ("steps5", 4, 4),
+    (None, 0, 2),
+]
 
 
-def _verify_step_inputs(n: int, graph_bs: int, seed: int, vocab: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+def _verify_step_inputs(
+    n: int, graph_bs: int, seed: int, vocab: int = 512
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(graph_bs * n, vocab, generator=g)
     input_ids = torch.randint(0, vocab, (graph_bs * n,), generator=g)
@@ -184,29 +199,45 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
     def verify_input(input_ids: torch.Tensor, bs: int, n: int) -> Any:
         node = torch.arange(n)
         return EagleVerifyInput(
-            draft_token=input_ids[: bs * n].clone(), custom_mask=torch.ones(bs * n * n, dtype=torch.bool),
+            draft_token=input_ids[: bs * n].clone(),
+            custom_mask=torch.ones(bs * n * n, dtype=torch.bool),
             positions=torch.zeros(bs * n, dtype=torch.long),
             retrieve_index=torch.arange(bs).unsqueeze(1) * n + node,
             retrieve_next_token=torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous(),
-            retrieve_next_sibling=torch.full((bs, n), -1, dtype=torch.long), retrieve_cum_len=None,
-            spec_steps=n - 1, topk=1, draft_token_num=n, capture_hidden_mode=None, seq_lens_sum=None,
+            retrieve_next_sibling=torch.full((bs, n), -1, dtype=torch.long),
+            retrieve_cum_len=None,
+            spec_steps=n - 1,
+            topk=1,
+            draft_token_num=n,
+            capture_hidden_mode=None,
+            seq_lens_sum=None,
             seq_lens_cpu=None,
         )
 
     def batch(bs: int) -> Any:
-        return SimpleNamespace(device="cpu", forward_mode=ForwardMode.DECODE, seq_lens=torch.zeros(bs),
-                               sampling_info=_GreedyInfo(), return_logprob=False,
-                               req_pool_indices=torch.arange(bs))
+        return SimpleNamespace(
+            device="cpu",
+            forward_mode=ForwardMode.DECODE,
+            seq_lens=torch.zeros(bs),
+            sampling_info=_GreedyInfo(),
+            return_logprob=False,
+            req_pool_indices=torch.arange(bs),
+        )
 
-    def sample(logits: torch.Tensor, input_ids: torch.Tensor, bs: int, n: int, out: Any = None,
-               attach: Any = None) -> tuple[Any, list[str]]:
+    def sample(
+        logits: torch.Tensor, input_ids: torch.Tensor, bs: int, n: int, out: Any = None, attach: Any = None
+    ) -> tuple[Any, list[str]]:
         """The real eagle_sample (after ``attach``, run_eagle_verify's step, when given); returns its outputs and the
         launches of that eager work (what runs between the verify replay and the commit)."""
         out = out or LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
         spec_input, spec_batch = verify_input(input_ids, bs, n), batch(bs)
         # a unit process publishes no server args: eagle_sample reads only these two spec settings
-        saved, eu.get_spec = eu.get_spec, lambda: SimpleNamespace(
-            speculative_use_rejection_sampling=False, speculative_use_block_verification=False)
+        saved, eu.get_spec = (
+            eu.get_spec,
+            lambda: SimpleNamespace(
+                speculative_use_rejection_sampling=False, speculative_use_block_verification=False
+            ),
+        )
         try:
             with _Launches(eu) as count:
                 if attach is not None:
@@ -227,15 +258,22 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
         return {"ref": ref, "new": None, "eager_launches": ref_launches}
 
     epilogue = eu.ChainGreedyVerifyEpilogue(4, 8, "cpu")  # registered at startup: 3 steps, max_bs 8
-    model_runner = SimpleNamespace(is_draft_worker=False, chain_verify_epilogue=epilogue,
-                                   capture_tail_hooks=[epilogue.capture_hook], decode_cuda_graph_runner=None)
+    model_runner = SimpleNamespace(
+        is_draft_worker=False,
+        chain_verify_epilogue=epilogue,
+        capture_tail_hooks=[epilogue.capture_hook],
+        decode_cuda_graph_runner=None,
+    )
+
     class Runner:  # a DecodeCudaGraphRunner as the hooks see it (its model_runner, the bs of its last replay)
         def __init__(self) -> None:
             self.model_runner, self.bs = model_runner, None
 
     runners = {name: Runner() for name in _VERIFY_RUNNERS}
 
-    def run_tail_hooks(runner: Any, logits: torch.Tensor, input_ids: torch.Tensor, graph_bs: int, n: int) -> None:
+    def run_tail_hooks(
+        runner: Any, logits: torch.Tensor, input_ids: torch.Tensor, graph_bs: int, n: int
+    ) -> None:
         fb = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=graph_bs, input_ids=input_ids)
         for hook in model_runner.capture_tail_hooks:
             hook(runner, LogitsProcessorOutput(next_token_logits=logits), fb, graph_bs * n)
@@ -257,15 +295,27 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
             run_tail_hooks(runner, logits, input_ids, graph_bs, n)  # the replay re-runs the captured tail
         out = LogitsProcessorOutput(next_token_logits=logits[: bs * n].clone())
         replayed = name is not None
-        result, ops = sample(logits, input_ids, bs, n, out, attach=lambda o, vi, bs=bs, replayed=replayed: (
-            eu.attach_graph_verify_outputs(model_runner, o, vi, bs, replayed)))
+        result, ops = sample(
+            logits,
+            input_ids,
+            bs,
+            n,
+            out,
+            attach=lambda o, vi, bs=bs, replayed=replayed: eu.attach_graph_verify_outputs(
+                model_runner, o, vi, bs, replayed
+            ),
+        )
         new.append(result)
         used.append(getattr(out, "graph_verify_outputs", None) is not None)
         launches.append(ops)
     usable = {"plain": eu.graph_verify_usable(_GreedyInfo(), None, None)}
-    for attr, value in (("is_all_greedy", False), ("acc_additive_penalties", torch.zeros(1)),
-                        ("acc_scaling_penalties", torch.ones(1)), ("logit_bias", torch.zeros(1)),
-                        ("has_custom_logit_processor", True)):
+    for attr, value in (
+        ("is_all_greedy", False),
+        ("acc_additive_penalties", torch.zeros(1)),
+        ("acc_scaling_penalties", torch.ones(1)),
+        ("logit_bias", torch.zeros(1)),
+        ("has_custom_logit_processor", True),
+    ):
         info = _GreedyInfo()
         setattr(info, attr, value)
         usable[attr] = eu.graph_verify_usable(info, None, None)
@@ -273,8 +323,14 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
     wm = _GreedyInfo()
     wm.has_watermark_candidates = True
     usable["watermark"] = eu.graph_verify_usable(wm, None, object())
-    return {"ref": ref, "new": new, "graph_used": used, "usable": usable, "eager_launches": launches,
-            "graph_launches": captured}
+    return {
+        "ref": ref,
+        "new": new,
+        "graph_used": used,
+        "usable": usable,
+        "eager_launches": launches,
+        "graph_launches": captured,
+    }
 
 
 # --- sampling-fusion --------------------------------------------------------------------------------------------
@@ -304,9 +360,13 @@ def case_temperature_softmax() -> dict[str, Any]:
     rmax = torch.empty(rows)
     rsum = torch.empty(rows)
     probs = torch.empty_like(logits)
-    ts._partial_max_sumexp_kernel[(rows, splits)](logits, t, pmax, psum, logits.stride(0), vocab, splits, BLOCK=block)
+    ts._partial_max_sumexp_kernel[(rows, splits)](
+        logits, t, pmax, psum, logits.stride(0), vocab, splits, BLOCK=block
+    )
     ts._combine_kernel[(rows,)](pmax, psum, rmax, rsum, splits, BLOCK=max(2, 1 << (splits - 1).bit_length()))
-    ts._normalize_kernel[(rows, splits)](logits, t, rmax, rsum, probs, logits.stride(0), probs.stride(0), vocab, BLOCK=block)
+    ts._normalize_kernel[(rows, splits)](
+        logits, t, rmax, rsum, probs, logits.stride(0), probs.stride(0), vocab, BLOCK=block
+    )
     rel = ((probs - ref).abs() / ref.clamp_min(1e-30)).max().item()
     return {
         "ref": tl(ref.sum(-1)) + [float(ref.double().square().sum())],
@@ -391,15 +451,24 @@ def case_gumbel_topk_topp() -> dict[str, Any]:
         support = expected > 0
         exp_counts = expected.double() * draws
         chi2 = float((((counts - exp_counts) ** 2) / exp_counts)[support].sum())
-        return {"chi2": chi2, "dof": int(support.sum()) - 1, "outside_support": int(counts[~support].sum()),
-                "greedy_ok": True}
+        return {
+            "chi2": chi2,
+            "dof": int(support.sum()) - 1,
+            "outside_support": int(counts[~support].sum()),
+            "greedy_ok": True,
+        }
 
     def greedy_check(flag: str) -> bool:
         g = torch.Generator().manual_seed(8)
         p = torch.softmax(torch.randn(64, 100, generator=g), -1)
         with flags(SGLANG_OPT_GUMBEL_TOPK_TOPP_SAMPLE=flag):
             ids = sampler.top_k_top_p_min_p_sampling_from_probs_torch(
-                p.clone(), torch.ones(64, dtype=torch.int32), torch.ones(64), torch.zeros(64), False, None,
+                p.clone(),
+                torch.ones(64, dtype=torch.int32),
+                torch.ones(64),
+                torch.zeros(64),
+                False,
+                None,
                 torch.zeros(64, dtype=torch.long),
             )
         return bool(torch.equal(ids.long(), p.argmax(-1)))
@@ -439,9 +508,19 @@ def case_lm_head_quant_predicate() -> dict[str, Any]:
 
     from sglang.srt.layers import logits_processor as lp
 
-    fp4_attrs = ("weight_scale", "weight_global_scale", "workspace", "input_size_per_partition",
-                 "output_size_per_partition")
-    w4a16_attrs = ("weight_scale_interleaved", "alpha", "input_size_per_partition", "output_size_per_partition")
+    fp4_attrs = (
+        "weight_scale",
+        "weight_global_scale",
+        "workspace",
+        "input_size_per_partition",
+        "output_size_per_partition",
+    )
+    w4a16_attrs = (
+        "weight_scale_interleaved",
+        "alpha",
+        "input_size_per_partition",
+        "output_size_per_partition",
+    )
     w4a4_attrs = w4a16_attrs + ("input_scale_inv",)
     heads = {
         "bf16": _Head(torch.zeros(2, 2, dtype=torch.bfloat16)),
@@ -467,7 +546,9 @@ def case_lm_head_quant_predicate() -> dict[str, Any]:
         for m, method in methods.items()
     }
     tree = ast.parse(inspect.getsource(lp))
-    defs = sum(isinstance(n, ast.FunctionDef) and n.name == "should_apply_lm_head_quant_method" for n in tree.body)
+    defs = sum(
+        isinstance(n, ast.FunctionDef) and n.name == "should_apply_lm_head_quant_method" for n in tree.body
+    )
     return {"ref": table, "definitions": defs, "new": True}
 
 
@@ -478,8 +559,12 @@ def _logits_processor(**attrs: Any) -> Any:
 
     lp = LogitsProcessor.__new__(LogitsProcessor)
     torch.nn.Module.__init__(lp)
-    for k, v in {"use_fp32_lm_head": False, "use_fp32_lm_head_output": False, "rl_on_policy_target": None,
-                 **attrs}.items():
+    for k, v in {
+        "use_fp32_lm_head": False,
+        "use_fp32_lm_head_output": False,
+        "rl_on_policy_target": None,
+        **attrs,
+    }.items():
         setattr(lp, k, v)
     return lp
 
@@ -521,8 +606,11 @@ class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
         import weakref
 
         out = func(*args, **(kwargs or {}))
-        inputs = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_flatten((args, kwargs))[0]
-                  if isinstance(a, torch.Tensor)}
+        inputs = {
+            a.untyped_storage().data_ptr()
+            for a in torch.utils._pytree.tree_flatten((args, kwargs))[0]
+            if isinstance(a, torch.Tensor)
+        }
         for t in torch.utils._pytree.tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
                 st = t.untyped_storage()
@@ -549,8 +637,11 @@ def case_fp8_lm_head() -> dict[str, Any]:
     with flags(SGLANG_OPT_FP8_LM_HEAD="0"):
         ref = model.logits_processor._compute_lm_head(hidden, model.lm_head)
     out: dict[str, Any] = {"ref": {"shape": list(ref.shape), "dtype": str(ref.dtype)}, "new": None}
-    f = __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"]) if optional(
-        "sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None else None
+    f = (
+        __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"])
+        if optional("sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None
+        else None
+    )
     if f is None:
         return out
     before = model.lm_head.weight.detach().clone()
@@ -592,8 +683,11 @@ def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
     import textwrap
     from types import SimpleNamespace
 
-    f = __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"]) if optional(
-        "sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None else None
+    f = (
+        __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"])
+        if optional("sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None
+        else None
+    )
     if f is None or not hasattr(f, "prepare_fp8_lm_heads"):
         return {"ref": None, "new": None}
     from sglang.srt.model_executor import model_runner as mr
@@ -608,8 +702,17 @@ def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
         f.CHUNK_BYTES = saved_chunk
 
 
-def _fp8_lm_head_lifecycle(f: Any, mr: Any, WeightUpdater: Any, g: torch.Generator, new: dict[str, Any], ast: Any,
-                           inspect: Any, textwrap: Any, SimpleNamespace: Any) -> dict[str, Any]:
+def _fp8_lm_head_lifecycle(
+    f: Any,
+    mr: Any,
+    WeightUpdater: Any,
+    g: torch.Generator,
+    new: dict[str, Any],
+    ast: Any,
+    inspect: Any,
+    textwrap: Any,
+    SimpleNamespace: Any,
+) -> dict[str, Any]:
     # (1) load time: ModelRunner.initialize makes the copies before returning; the KV cache is sized later, by
     # alloc_memory_pool (never called from initialize)
     init_src = ast.unparse(ast.parse(textwrap.dedent(inspect.getsource(mr.ModelRunner.initialize))))
@@ -665,24 +768,34 @@ def _fp8_lm_head_lifecycle(f: Any, mr: Any, WeightUpdater: Any, g: torch.Generat
         held = f.fp8_lm_head_copy(upd.lm_head)
         held_ptr = held.qweight.data_ptr()  # what a captured graph reads
         fresh_weight = (torch.randn(4096, 512, generator=g) * 0.02).to(torch.bfloat16)
-        runner = SimpleNamespace(get_model=lambda: upd, device="cpu", custom_weight_loaders={},
-                                 _assert_weight_cache_inactive=lambda op: None)
+        runner = SimpleNamespace(
+            get_model=lambda: upd,
+            device="cpu",
+            custom_weight_loaders={},
+            _assert_weight_cache_inactive=lambda op: None,
+        )
         from sglang.srt.runtime_context import get_parallel
 
         with get_parallel().override(tp_rank=0):  # a single-rank process (no groups built here)
-            ok, msg = WeightUpdater.update_weights_from_tensor(runner, [("lm_head.weight", fresh_weight)],
-                                                               load_format="direct")
+            ok, msg = WeightUpdater.update_weights_from_tensor(
+                runner, [("lm_head.weight", fresh_weight)], load_format="direct"
+            )
         after = model.logits_processor._compute_lm_head(hidden, upd.lm_head)
         reference = _causal_lm(fresh_weight)
         f.prepare_fp8_lm_heads(reference)
         expected = reference.logits_processor._compute_lm_head(hidden, reference.lm_head)
     now = f.fp8_lm_head_copy(upd.lm_head)
     new["update"] = {
-        "ok": bool(ok), "message": msg,
+        "ok": bool(ok),
+        "message": msg,
         "weight_updated": bool(torch.equal(upd.lm_head.weight, fresh_weight)),
         "same_storage": now is held and now.qweight.data_ptr() == held_ptr,
-        "storage_current": bool(torch.equal(held.qweight.view(torch.uint8),
-                                            f.fp8_lm_head_copy(reference.lm_head).qweight.view(torch.uint8))),
+        "storage_current": bool(
+            torch.equal(
+                held.qweight.view(torch.uint8),
+                f.fp8_lm_head_copy(reference.lm_head).qweight.view(torch.uint8),
+            )
+        ),
         "eager_logits_current": bool(torch.equal(after, expected)),
     }
     return {"ref": None, "new": new}
@@ -702,7 +815,9 @@ def _deep_gemm_layout_helpers() -> Iterator[None]:
     from sglang.srt.layers.quantization import fp8_utils
 
     assert "deep_gemm" not in sys.modules, "a real deep_gemm is importable here; the stand-in would shadow it"
-    root, utils, layout = (types.ModuleType(n) for n in ("deep_gemm", "deep_gemm.utils", "deep_gemm.utils.layout"))
+    root, utils, layout = (
+        types.ModuleType(n) for n in ("deep_gemm", "deep_gemm.utils", "deep_gemm.utils.layout")
+    )
     utils.align = lambda x, y: (x + y - 1) // y * y  # type: ignore[attr-defined]
     utils.get_tma_aligned_size = lambda x, element_size: utils.align(x, 16 // element_size)  # type: ignore[attr-defined]
     layout.get_mn_major_tma_aligned_packed_ue8m0_tensor = (  # type: ignore[attr-defined]
@@ -746,23 +861,35 @@ def case_splitk_ue8m0_scales() -> dict[str, Any]:
         deq_w = weight.double() * scale.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
         return deq_x @ deq_w.T
 
-    def default(inp: Any, weight: Any, block_size: Any, scale: Any, input_scale: Any = None, bias: Any = None,
-                **kw: Any) -> torch.Tensor:
+    def default(
+        inp: Any,
+        weight: Any,
+        block_size: Any,
+        scale: Any,
+        input_scale: Any = None,
+        bias: Any = None,
+        **kw: Any,
+    ) -> torch.Tensor:
         calls.append(str(scale.dtype))
         if scale.dtype == torch.int32:  # the stock DeepGEMM fallback's unpack
             scale = fp8_utils._unpack_ue8m0_scale_for_triton(scale, tuple(weight.shape), block_size)
         return exact(inp, weight, scale).to(inp.dtype)
 
     reference = exact(x, rq_w, unpacked)
-    ref = {"scale_dtype": str(rq_s.dtype), "scale_shape": list(rq_s.shape),
-           "out": tl(default(x, rq_w, [128, 128], rq_s).float())}
+    ref = {
+        "scale_dtype": str(rq_s.dtype),
+        "scale_shape": list(rq_s.shape),
+        "out": tl(default(x, rq_w, [128, 128], rq_s).float()),
+    }
     calls.clear()
     if optional("sglang.kernels.ops.gemm.splitk_fp8", "small_m_splitk_router") is None:
         return {"ref": ref, "new": None}
     from sglang.srt.layers.quantization import fp8_utils as fu
 
     saved = fu._dispatch_auto_backend
-    fu._dispatch_auto_backend = lambda **kw: default  # the backend the dispatcher would pick (DeepGEMM on SM100)
+    fu._dispatch_auto_backend = lambda **kw: (
+        default
+    )  # the backend the dispatcher would pick (DeepGEMM on SM100)
     try:
         with flags(SGLANG_OPT_SPLITK_FP8_GEMM="1"):
             linear = fu.dispatch_w8a8_block_fp8_linear([128, 128], act_scale_ue8m0=False)
@@ -770,14 +897,20 @@ def case_splitk_ue8m0_scales() -> dict[str, Any]:
         fu._dispatch_auto_backend = saved
     ulp = (reference.abs() * 2.0**-8).clamp_min(1e-6)
     new: dict[str, Any] = {"routed": linear is not default}
-    for name, scale in (("int32_packed", rq_s), ("fp32_unpacked", unpacked),
-                        ("fp32_wrong_shape", unpacked.repeat_interleave(128, 0))):
+    for name, scale in (
+        ("int32_packed", rq_s),
+        ("fp32_unpacked", unpacked),
+        ("fp32_wrong_shape", unpacked.repeat_interleave(128, 0)),
+    ):
         calls.clear()
         try:
             out = linear(x, rq_w, [128, 128], scale, None, None)
             err = float(((out.double() - reference).abs() / ulp).max())
-            new[name] = {"default_calls": list(calls), "max_err_in_bf16_ulps": err,
-                         "out": tl(out.float()) if name == "int32_packed" else None}
+            new[name] = {
+                "default_calls": list(calls),
+                "max_err_in_bf16_ulps": err,
+                "out": tl(out.float()) if name == "int32_packed" else None,
+            }
         except Exception as exc:
             new[name] = {"default_calls": list(calls), "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
     return {"ref": ref, "new": new}
@@ -831,13 +964,29 @@ def case_splitk_triton_interp() -> dict[str, Any]:
             for splits in (1, 2, 5):
                 got = exact_dot.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=splits)
                 ref = splitk_fp8.splitk_w8a8_block_fp8_linear_torch(x, w, [128, 128], ws, split_k=splits)
-                cases.append({"m": m, "n": n, "k": k, "splits": splits, "equal_torch_ref": bool(torch.equal(got, ref)),
-                              "max_err_in_bf16_ulps": float(((got.double() - exact).abs() / ulp).max())})
+                cases.append(
+                    {
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "splits": splits,
+                        "equal_torch_ref": bool(torch.equal(got, ref)),
+                        "max_err_in_bf16_ulps": float(((got.double() - exact).abs() / ulp).max()),
+                    }
+                )
         x, w, ws, exact = _exact_splitk_inputs(3, 256, 640, g)
         as_shipped = splitk_fp8.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=2)
-        shipped_err = float(((as_shipped.double() - exact).abs() / (exact.abs() * 2.0**-8).clamp_min(1e-12)).max())
-    return {"ref": None, "new": {"bf16_casts_replaced": casts, "cases": cases,
-                                 "as_shipped_interpreter_err_in_bf16_ulps": shipped_err}}
+        shipped_err = float(
+            ((as_shipped.double() - exact).abs() / (exact.abs() * 2.0**-8).clamp_min(1e-12)).max()
+        )
+    return {
+        "ref": None,
+        "new": {
+            "bf16_casts_replaced": casts,
+            "cases": cases,
+            "as_shipped_interpreter_err_in_bf16_ulps": shipped_err,
+        },
+    }
 
 
 @case
@@ -854,7 +1003,9 @@ def case_splitk_fp8_gemm() -> dict[str, Any]:
     # in torch (Triton's interpreter mis-rounds fp32 -> e4m3), then the block-scaled GEMM in float64
     xf = x.float().view(m, -1, 128)
     s_x = xf.abs().amax(-1).clamp_min(1e-10) / fp8_kernel.fp8_max
-    q_x = (xf * (1.0 / s_x).unsqueeze(-1)).clamp(fp8_kernel.fp8_min, fp8_kernel.fp8_max).to(torch.float8_e4m3fn)
+    q_x = (
+        (xf * (1.0 / s_x).unsqueeze(-1)).clamp(fp8_kernel.fp8_min, fp8_kernel.fp8_max).to(torch.float8_e4m3fn)
+    )
     deq_x = (q_x.double() * s_x.double().unsqueeze(-1)).view(m, k)
     deq_w = wq.double() * ws.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
     exact = deq_x @ deq_w.T
@@ -941,7 +1092,9 @@ def case_fused_norm_quant() -> dict[str, Any]:
         "new": {
             "norm": tl(norm_out.float()),
             "residual": tl(res_out.float()),
-            "dequant_max_rel_err": float(((deq - norm_out.float()).abs() / amax.repeat_interleave(128, 1)).max()),
+            "dequant_max_rel_err": float(
+                ((deq - norm_out.float()).abs() / amax.repeat_interleave(128, 1)).max()
+            ),
             "scales_pow2": bool(torch.equal(log2, log2.round())),
             "scales_cover_max": bool((amax / scale <= 448.0).all()),
             "packed_exponents_ok": bool(torch.equal(exps, log2.round().to(torch.int64) + 127)),
@@ -974,7 +1127,13 @@ def case_cpu_sampling_verify() -> dict[str, Any]:
 
     def stock_mask(ks: torch.Tensor, ps: torch.Tensor) -> list[Any]:
         _, kept, order, _ = stock_sampler(
-            probs.clone(), ks, ps, torch.zeros(rows), False, None, torch.zeros(rows, dtype=torch.long),
+            probs.clone(),
+            ks,
+            ps,
+            torch.zeros(rows),
+            False,
+            None,
+            torch.zeros(rows, dtype=torch.long),
             return_filtered_probs=True,
         )
         return tl(torch.zeros_like(probs, dtype=torch.bool).scatter(1, order.long(), kept > 0))
@@ -1005,11 +1164,19 @@ def case_cpu_sampling_verify() -> dict[str, Any]:
         num = torch.zeros(1, dtype=torch.int32)
         node = torch.arange(n)
         fn(
-            predicts=predicts, accept_index=accept_index, accept_token_num=num, candidates=drafts,
-            retrive_index=node.view(1, n), retrive_next_token=torch.where(node < n - 1, node + 1, -1).view(1, n),
-            retrive_next_sibling=torch.full((1, n), -1), uniform_samples=torch.rand(1, n, generator=g),
-            uniform_samples_for_final_sampling=torch.rand(1, generator=g), target_probs=target.view(1, n, vocab),
-            draft_probs=torch.zeros(1, n, vocab), threshold_single=1.0, threshold_acc=1.0,
+            predicts=predicts,
+            accept_index=accept_index,
+            accept_token_num=num,
+            candidates=drafts,
+            retrive_index=node.view(1, n),
+            retrive_next_token=torch.where(node < n - 1, node + 1, -1).view(1, n),
+            retrive_next_sibling=torch.full((1, n), -1),
+            uniform_samples=torch.rand(1, n, generator=g),
+            uniform_samples_for_final_sampling=torch.rand(1, generator=g),
+            target_probs=target.view(1, n, vocab),
+            draft_probs=torch.zeros(1, n, vocab),
+            threshold_single=1.0,
+            threshold_acc=1.0,
         )
         first = int(predicts[0])  # token committed after the root: accepted draft 1 or the residual draw
         if t % 10 == 0:
@@ -1037,8 +1204,14 @@ def case_accept_stats() -> dict[str, Any]:
     for n in (0, 3, 3, 1):
         stats.record(1.0, -1, {"workload": "chat"}, n)
     stats.record(1.0, 1, None, 2)
-    return {"ref": None, "new": {"buckets": buckets, "snapshot": stats.snapshot(),
-                                 "labels": [a.workload_label(None), a.workload_label({"workload": "x" * 40})]}}
+    return {
+        "ref": None,
+        "new": {
+            "buckets": buckets,
+            "snapshot": stats.snapshot(),
+            "labels": [a.workload_label(None), a.workload_label({"workload": "x" * 40})],
+        },
+    }
 
 
 def main() -> int:
