@@ -61,11 +61,16 @@ def test_readback_flag_removes_verify_syncs(arms: Arms) -> None:
 def test_round_sync_moves_the_wait_out_of_the_draft_round(arms: Arms) -> None:
     flag = {"EXL3_OVL_ROUND_SYNC": "1"}
     draft_off, draft_on = census(arms.patched, "draft-round"), census(arms.patched, "draft-round", flag)
-    verify_off, verify_on = census(arms.patched, "spec-verify-step"), census(arms.patched, "spec-verify-step", flag)
+    verify_off, verify_on = (
+        census(arms.patched, "spec-verify-step"),
+        census(arms.patched, "spec-verify-step", flag),
+    )
     assert draft_on["metrics"]["host-syncs"] < draft_off["metrics"]["host-syncs"]
     # ... into the verify step: per round (draft + verify) the count does not move
-    assert (draft_on["metrics"]["host-syncs"] + verify_on["metrics"]["host-syncs"]
-            == draft_off["metrics"]["host-syncs"] + verify_off["metrics"]["host-syncs"])
+    assert (
+        draft_on["metrics"]["host-syncs"] + verify_on["metrics"]["host-syncs"]
+        == draft_off["metrics"]["host-syncs"] + verify_off["metrics"]["host-syncs"]
+    )
 
 
 def test_a_flag_the_cpu_path_never_reads_is_not_measured(arms: Arms) -> None:
@@ -78,8 +83,13 @@ def test_a_flag_the_cpu_path_never_reads_is_not_measured(arms: Arms) -> None:
 def test_variants_are_a_ring_and_a_paged_drafter() -> None:
     from overlay.engines.exllamav3 import ExLlamaV3Adapter
 
-    variants = ExLlamaV3Adapter().census_variants(root=REPO, arm=None, models=None, explicit=False,  # type: ignore[arg-type]
-                                                  reporter=NullReporter())
+    variants = ExLlamaV3Adapter().census_variants(
+        root=REPO,
+        arm=None,
+        models=None,
+        explicit=False,  # type: ignore[arg-type]
+        reporter=NullReporter(),
+    )
     assert [dict(v.extra)["drafter_layers"] for v in variants] == ["ring", "paged"]
 
 
@@ -90,9 +100,18 @@ def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
     on = {"options": {"--embed_on_device": None}}
 
     def per_round(arm: Arm, env: dict[str, str] | None = None, **extra: Any) -> float:
-        return float(sum(census(arm, s, env, **extra)["metrics"]["host-syncs"] for s in ("draft-round", "spec-verify-step")))
+        return float(
+            sum(
+                census(arm, s, env, **extra)["metrics"]["host-syncs"]
+                for s in ("draft-round", "spec-verify-step")
+            )
+        )
 
-    stock, alone, both = per_round(arms.stock), per_round(arms.patched, flag), per_round(arms.patched, flag, **on)
+    stock, alone, both = (
+        per_round(arms.stock),
+        per_round(arms.patched, flag),
+        per_round(arms.patched, flag, **on),
+    )
     assert both == 1.0 and alone == stock > 1.0
     doc = census(arms.patched, "draft-round", flag, **on)
     assert "after --embed_on_device" in doc["notes"][0]
@@ -108,7 +127,11 @@ def test_ring_step_becomes_capturable(arms: Arms) -> None:
     static = census(arms.patched, "draft-round", {**ring, "EXL3_OVL_SWA_RING_STATIC": "1"})
     assert stock["metrics"]["capturable"] is False and alone["metrics"]["capturable"] is False
     assert static["metrics"]["capturable"] is True
-    assert static["metrics"]["pageable-copies"] < alone["metrics"]["pageable-copies"] < stock["metrics"]["pageable-copies"]
+    assert (
+        static["metrics"]["pageable-copies"]
+        < alone["metrics"]["pageable-copies"]
+        < stock["metrics"]["pageable-copies"]
+    )
     # what pageable copy is left is the drafter's host-table embedding upload, not the ring code
     assert not any("sliding_attn.py" in site for site, _ in static["sites"].get("pageable-copies", []))
     assert any("sliding_attn.py" in site for site, _ in alone["sites"]["pageable-copies"])
@@ -121,8 +144,10 @@ def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
     host = census(arms.patched, "draft-round", flags)
     device = census(arms.patched, "draft-round", flags, options={"--embed_on_device": None})
     assert device["metrics"]["capturable"] is True
-    assert host["metrics"]["capturable"] is False          # the drafter's input layer gathers on the host (F4)
-    assert any("spec_round.py" in v or "embedding" in v or "device_copy" in v for v in host["detail"]["violations"])
+    assert host["metrics"]["capturable"] is False  # the drafter's input layer gathers on the host (F4)
+    assert any(
+        "spec_round.py" in v or "embedding" in v or "device_copy" in v for v in host["detail"]["violations"]
+    )
     # replays are not modelled: launch counts are reported as not measured
     assert device["metrics"]["eager-launches"] is None
 

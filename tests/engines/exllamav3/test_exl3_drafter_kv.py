@@ -17,15 +17,21 @@ TOKENS_384K = 384 * 1024
 def test_force_draft_window(arms):
     base = {"layer_types": MIXED, "cache_tokens": TOKENS_384K}
     (stock,) = run_cases(arms.stock, "drafter_model.py", [base])
-    off, forced, causal, refused = run_cases(arms.patched, "drafter_model.py", [
-        base,
-        {**base, "draft_window": 512},
-        {**base, "draft_window": 512, "arch": "dflash"},
-        {**base, "draft_window": 512, "swa_full": True},
-    ])
+    off, forced, causal, refused = run_cases(
+        arms.patched,
+        "drafter_model.py",
+        [
+            base,
+            {**base, "draft_window": 512},
+            {**base, "draft_window": 512, "arch": "dflash"},
+            {**base, "draft_window": 512, "swa_full": True},
+        ],
+    )
     # off: the patched drafter is the stock drafter (module types, windows, caps, cache sizes)
     assert off == stock
-    assert stock["paged_bytes"] == 2 * TOKENS_384K * 2 * 64 * 2 * 2  # 2 full layers x K,V x 2 heads x 64 x fp16
+    assert (
+        stock["paged_bytes"] == 2 * TOKENS_384K * 2 * 64 * 2 * 2
+    )  # 2 full layers x K,V x 2 heads x 64 x fp16
 
     assert forced["modules"] == ["SlidingAttention"] * 3
     # the checkpoint's sliding layer keeps its window; forced full layers get bidirectional (block) windows
@@ -43,14 +49,33 @@ def test_force_draft_window(arms):
 
 MIXED_RING_CASES = [
     # the checkpoint's 256-token sliding layer next to a layer forced to 1024 (W above the checkpoint window)
-    {"seed": 1, "layer_types": ["sliding_attention", "full_attention"], "draft_window": 1024, "steps": 150,
-     "ring": True},
+    {
+        "seed": 1,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "draft_window": 1024,
+        "steps": 150,
+        "ring": True,
+    },
     # forced layer first, linear (stock shift-copy) buffers, two sequences, prefill chunks larger than any ring
-    {"seed": 3, "layer_types": ["full_attention", "sliding_attention"], "draft_window": 700, "steps": 120,
-     "bsz": 2, "big": [1500, 2100]},
+    {
+        "seed": 3,
+        "layer_types": ["full_attention", "sliding_attention"],
+        "draft_window": 700,
+        "steps": 120,
+        "bsz": 2,
+        "big": [1500, 2100],
+    },
     # W below the checkpoint window (1024): chunks larger than the forced layer's own ring (768 rows)
-    {"seed": 2, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "window": 1024,
-     "draft_window": 256, "steps": 120, "ring": True, "big": [1500, 2100], "bsz": 2},
+    {
+        "seed": 2,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "window": 1024,
+        "draft_window": 256,
+        "steps": 120,
+        "ring": True,
+        "big": [1500, 2100],
+        "bsz": 2,
+    },
 ]
 
 
@@ -69,8 +94,9 @@ def test_mixed_window_rings_match_unbounded(arms):
         assert min(doc["checked"]) > 600 and doc["ring"] is payload.get("ring", False)
         # each layer keeps its own window (checkpoint sliding layers theirs, forced layers W), one ring size
         assert len(set(doc["kv_state_size"])) == 1
-        assert sorted({w for w, _ in doc["windows"]}) == sorted({payload.get("window", 256) - 1,
-                                                                  payload["draft_window"] - 1})
+        assert sorted({w for w, _ in doc["windows"]}) == sorted(
+            {payload.get("window", 256) - 1, payload["draft_window"] - 1}
+        )
         # several wraps of the ring, every operation exercised
         assert min(doc["final_positions"]) > 3 * doc["kv_state_size"][0]
         assert all(n > 0 for op, n in doc["counts"].items() if op != "big_prefill" or payload.get("big"))
@@ -148,7 +174,9 @@ def test_swa_tables_shared_per_forward(arms):
     linear = arms.patched.run_json(probe("swa_tables.py"), {**payload, "share": True})
     assert strip(linear) == strip(stock) and linear["uploads"] == stock["uploads"]
     # a caller that reuses one params dict across forwards gets each forward's own tables, never the last one's
-    reused = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "reuse": True})
+    reused = arms.patched.run_json(
+        probe("swa_tables.py"), {**payload, "ring": True, "share": True, "reuse": True}
+    )
     assert strip(reused) == strip(stock) and all(s["same_across_layers"] for s in reused["steps"])
     assert reused["uploads"] == shared["uploads"]
 
@@ -156,12 +184,17 @@ def test_swa_tables_shared_per_forward(arms):
 def test_draft_cache_quant_arg(arms):
     cases = [{"argv": []}, {"argv": ["-cq", "4"]}, {"argv": ["-dcq", "8"]}]
     stock = run_cases(arms.stock, "model_init_caches.py", cases)
-    patched = run_cases(arms.patched, "model_init_caches.py", cases[:2] + [
-        {"argv": ["-cq", "4", "-dcq", "8"]},
-        {"argv": ["-dcq", "8,6", "-cca", "0.5"]},
-        {"argv": ["-cq", "8", "-dcq", "fp16"]},
-        {"argv": ["-dcq", "9"]},
-    ])
+    patched = run_cases(
+        arms.patched,
+        "model_init_caches.py",
+        cases[:2]
+        + [
+            {"argv": ["-cq", "4", "-dcq", "8"]},
+            {"argv": ["-dcq", "8,6", "-cca", "0.5"]},
+            {"argv": ["-cq", "8", "-dcq", "fp16"]},
+            {"argv": ["-dcq", "9"]},
+        ],
+    )
     # unset: both arms build the same target and draft caches, fp16 or following --cache_quant
     assert patched[:2] == stock[:2]
     assert stock[2]["error"].startswith("argparse")
@@ -180,16 +213,24 @@ def test_dflash_prefill_crop(arms):
     crop = {"EXL3_OVL_DFLASH_PREFILL_CROP": "1"}
     chunks = {"seed": 0, "chunks": [100, 2048, 37, 4096, 700, 3000]}
     # mixed ring sizes (checkpoint sliding layer 256 + forced 1024 window): crop to the largest ring
-    mixed = {"seed": 1, "chunks": [4096, 10, 2500], "layer_types": ["sliding_attention", "full_attention"],
-             "draft_window": 1024}
+    mixed = {
+        "seed": 1,
+        "chunks": [4096, 10, 2500],
+        "layer_types": ["sliding_attention", "full_attention"],
+        "draft_window": 1024,
+    }
     (stock,) = run_cases(arms.stock, "dflash_prefill.py", [chunks])
-    off, cropped, cropped_ring, mixed_full, mixed_cropped = run_cases(arms.patched, "dflash_prefill.py", [
-        chunks,
-        {**chunks, "env": crop},
-        {**chunks, "env": {**crop, "EXL3_OVL_SWA_RING": "1"}},
-        mixed,
-        {**mixed, "env": crop},
-    ])
+    off, cropped, cropped_ring, mixed_full, mixed_cropped = run_cases(
+        arms.patched,
+        "dflash_prefill.py",
+        [
+            chunks,
+            {**chunks, "env": crop},
+            {**chunks, "env": {**crop, "EXL3_OVL_SWA_RING": "1"}},
+            mixed,
+            {**mixed, "env": crop},
+        ],
+    )
     assert off == stock
     assert stock["projected"]["fc_rows"] == sum(chunks["chunks"])
     for doc in (cropped, cropped_ring):
@@ -203,7 +244,9 @@ def test_dflash_prefill_crop(arms):
 def test_swa_ring_q8(arms):
     schedule = {"seed": 4, "window": 256, "steps": 50}
     stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "grid": True})
-    q8 = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "grid": True, "ring": True, "quant": [8, 8]})
+    q8 = arms.patched.run_json(
+        probe("swa_ring.py"), {**schedule, "grid": True, "ring": True, "quant": [8, 8]}
+    )
     # K/V on the reference codec's grid: the quantized ring's bookkeeping (rows, page tables, stash of words and
     # scales) reproduces the fp16 window exactly, step by step
     assert q8["state"] == "SWALayerState_quant" and stock["state"] == "SWALayerState"
@@ -232,9 +275,11 @@ def test_swa_ring_q8(arms):
 
     # model_init: --draft_cache_quant reaches the drafter's rings when the ring mode is on
     argv = ["-dw", "512", "-dcq", "8"]
-    on, off = run_cases(arms.patched, "model_init_caches.py", [
-        {"argv": argv, "env": {"EXL3_OVL_SWA_RING": "1"}}, {"argv": argv},
-    ])
+    on, off = run_cases(
+        arms.patched,
+        "model_init_caches.py",
+        [{"argv": argv, "env": {"EXL3_OVL_SWA_RING": "1"}}, {"argv": argv}],
+    )
     assert on["draft_cache"]["ring_types"] == ["SWALayerState_quant"]
     assert off["draft_cache"]["ring_types"] == ["SWALayerState"]
     assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]
@@ -247,15 +292,19 @@ def test_swa_ring_static_tables(arms):
     payload = {"seed": 0, "steps": 120}
     stock = arms.stock.run_json(probe("swa_tables.py"), payload)
     ring = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True})
-    static = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True})
-    reused = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True,
-                                                            "reuse": True})
+    static = arms.patched.run_json(
+        probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True}
+    )
+    reused = arms.patched.run_json(
+        probe("swa_tables.py"), {**payload, "ring": True, "share": True, "static": True, "reuse": True}
+    )
     for doc in (static, reused):
         assert [s["tables"] for s in doc["steps"]] == [s["tables"] for s in ring["steps"]]
-        assert [[s["seqlens"], s["wshift"]] for s in doc["steps"]] == [[s["seqlens"], s["wshift"]]
-                                                                        for s in stock["steps"]]
+        assert [[s["seqlens"], s["wshift"]] for s in doc["steps"]] == [
+            [s["seqlens"], s["wshift"]] for s in stock["steps"]
+        ]
         assert all(s["same_across_layers"] for s in doc["steps"])
-        assert doc["uploads"] == 0          # no host_to_device of a fresh host tensor
+        assert doc["uploads"] == 0  # no host_to_device of a fresh host tensor
     assert ring["uploads"] == ring["num_steps"]
     schedule = RING_SCHEDULES[1]
     plain = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "ring": False})

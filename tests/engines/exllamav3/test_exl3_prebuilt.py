@@ -37,8 +37,15 @@ def _run(arm, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_build_refuses_without_cuda_torch(arms, patched_tree, tmp_path):
-    proc = _run(arms.patched, "--tree", str(patched_tree), "--out", str(tmp_path / "out"), "--info",
-                str(tmp_path / "info.json"))
+    proc = _run(
+        arms.patched,
+        "--tree",
+        str(patched_tree),
+        "--out",
+        str(tmp_path / "out"),
+        "--info",
+        str(tmp_path / "info.json"),
+    )
     assert proc.returncode == 2, proc.stderr
     assert "CUDA torch" in proc.stderr and "nvcc" in proc.stderr and "CPU build" in proc.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "info.json").exists()
@@ -53,29 +60,65 @@ def test_build_refuses_a_tree_without_sources(arms, tmp_path):
 def test_apply_prebuilt_reports_the_missing_prerequisite(arms, repo_root, tmp_path, capsys):
     manifest = load_manifest(repo_root / "overlays" / "exllamav3.toml")
     assert manifest.prebuilt is not None
-    assert list(manifest.prebuilt.command[1:]) == ["scripts/build_exllamav3_ext.py", "--tree", "{tree}", "--out", "{out}",
-                                             "--info", "{info}"]
+    assert list(manifest.prebuilt.command[1:]) == [
+        "scripts/build_exllamav3_ext.py",
+        "--tree",
+        "{tree}",
+        "--out",
+        "{out}",
+        "--info",
+        "{info}",
+    ]
     assert manifest.prebuilt.tag == "cp{py}-cp{py}-linux_x86_64"
-    code = overlay_main(["--root", str(repo_root), "apply", "exllamav3", "--prebuilt", "--prebuilt-python",
-                         str(arms.patched.python), "--out", str(tmp_path), "--offline"])
+    code = overlay_main(
+        [
+            "--root",
+            str(repo_root),
+            "apply",
+            "exllamav3",
+            "--prebuilt",
+            "--prebuilt-python",
+            str(arms.patched.python),
+            "--out",
+            str(tmp_path),
+            "--offline",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "CUDA torch" in err and "nvcc" in err and "TORCH_CUDA_ARCH_LIST" in err
     assert not list(tmp_path.glob("*.whl"))
 
 
-PATCHED_UNITS = ["generator/gumbel.cu", "generator/sampling_fused.cu", "libtorch/mlp.cpp",
-                 "libtorch/blocksparse_mlp.cpp", "quant/exl3_moe_coop.cu", "bindings.cpp"]
+PATCHED_UNITS = [
+    "generator/gumbel.cu",
+    "generator/sampling_fused.cu",
+    "libtorch/mlp.cpp",
+    "libtorch/blocksparse_mlp.cpp",
+    "quant/exl3_moe_coop.cu",
+    "bindings.cpp",
+]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("EXL3_CUDA_LIB_INCLUDE") or not shutil.which("nvcc"),
-                    reason="needs nvcc and EXL3_CUDA_LIB_INCLUDE (a folder with the cuBLAS/cuSPARSE/cuSOLVER/cuRAND "
-                           "headers, e.g. from the nvidia-* wheels)")
+@pytest.mark.skipif(
+    not os.environ.get("EXL3_CUDA_LIB_INCLUDE") or not shutil.which("nvcc"),
+    reason="needs nvcc and EXL3_CUDA_LIB_INCLUDE (a folder with the cuBLAS/cuSPARSE/cuSOLVER/cuRAND "
+    "headers, e.g. from the nvidia-* wheels)",
+)
 def test_patched_units_compile(arms, patched_tree, tmp_path):
     report = tmp_path / "units.json"
-    proc = _run(arms.patched, "--tree", str(patched_tree), "--compile-check", *PATCHED_UNITS, "--include",
-                os.environ["EXL3_CUDA_LIB_INCLUDE"], "--report", str(report))
+    proc = _run(
+        arms.patched,
+        "--tree",
+        str(patched_tree),
+        "--compile-check",
+        *PATCHED_UNITS,
+        "--include",
+        os.environ["EXL3_CUDA_LIB_INCLUDE"],
+        "--report",
+        str(report),
+    )
     doc = json.loads(report.read_text())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [u["unit"] for u in doc["units"] if u["ok"]] == PATCHED_UNITS

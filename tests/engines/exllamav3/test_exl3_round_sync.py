@@ -46,8 +46,11 @@ def spec(arms):
     names = list(SPEC_CASES)
     stock = dict(zip(names, run_cases(arms.stock, "spec_round.py", [SPEC_CASES[n] for n in names])))
     order = [(run, name) for run, (_, cases) in PATCHED_RUNS.items() for name in cases]
-    docs = run_cases(arms.patched, "spec_round.py",
-                     [{**SPEC_CASES[name], "env": PATCHED_RUNS[run][0]} for run, name in order])
+    docs = run_cases(
+        arms.patched,
+        "spec_round.py",
+        [{**SPEC_CASES[name], "env": PATCHED_RUNS[run][0]} for run, name in order],
+    )
     patched = {}
     for (run, name), doc in zip(order, docs):
         patched.setdefault(run, {})[name] = doc
@@ -86,8 +89,10 @@ def test_verify_readback(spec):
     s, p = stock["bsz3"], patched["readback"]["bsz3"]
     # stock: the blocking drafts copy + one synchronize per job; patched: the drafts copy + one readback
     assert _spec_syncs(s) == [4] * 6 and _spec_syncs(p) == [2] * 6
-    decode_copies = 2 * 3   # the case starts with 2 decode rounds (one pinned copy per job each)
-    assert s["syncs"]["d2h_async"] == 6 * 3 * 8 + decode_copies and p["syncs"]["d2h_async"] == 6 + decode_copies
+    decode_copies = 2 * 3  # the case starts with 2 decode rounds (one pinned copy per job each)
+    assert (
+        s["syncs"]["d2h_async"] == 6 * 3 * 8 + decode_copies and p["syncs"]["d2h_async"] == 6 + decode_copies
+    )
     # the device-side accept lengths reproduce the serial walk over varied schedules: every length 0..K occurs
     seen = {n for doc in patched["readback"].values() for rnd in doc["accepted"] for n in rnd}
     assert seen >= set(range(8))
@@ -126,10 +131,15 @@ def test_batched_verify_sampling(spec):
 
 def test_fused_tier_bound(arms):
     (stock,) = run_cases(arms.stock, "fused_tier.py", [{}])
-    off, on, bad = run_cases(arms.patched, "fused_tier.py", [{}, {"env": {"EXL3_OVL_BSZN": "16"}},
-                                                            {"env": {"EXL3_OVL_BSZN": "12"}}])
+    off, on, bad = run_cases(
+        arms.patched,
+        "fused_tier.py",
+        [{}, {"env": {"EXL3_OVL_BSZN": "16"}}, {"env": {"EXL3_OVL_BSZN": "12"}}],
+    )
     assert stock["fused_tokens"] == list(range(1, 9))
-    assert {k: v for k, v in off.items() if k != "constants"} == {k: v for k, v in stock.items() if k != "constants"}
+    assert {k: v for k, v in off.items() if k != "constants"} == {
+        k: v for k, v in stock.items() if k != "constants"
+    }
     assert on["statics"] == [[2, 16, 128], [2, 16, 256], [1, 16, 256], [1, 16, 256]]
     assert on["fused_tokens"] == list(range(1, 17))
     # MoE tier: 16 tokens while 16 x top-k fits the kernels' 256 slots, top-k 32 stays at 8
@@ -151,15 +161,19 @@ def test_drafter_round_graph(arms):
     base = {"seed": 0, "bsz": 2, "rounds": 8}
     graph = {"EXL3_OVL_DRAFTER_GRAPH": "1"}
     (stock,) = run_cases(arms.stock, "drafter_graph.py", [base])
-    off, ok, stale, sync, conf, grow, ring = run_cases(arms.patched, "drafter_graph.py", [
-        base,
-        {**base, "env": graph},
-        {**base, "env": graph, "mode": "stale"},
-        {**base, "env": graph, "mode": "sync"},
-        {**base, "env": graph, "mode": "conf"},
-        {**base, "env": graph, "grow_at": 5},
-        {**base, "env": graph, "recurrent": True},
-    ])
+    off, ok, stale, sync, conf, grow, ring = run_cases(
+        arms.patched,
+        "drafter_graph.py",
+        [
+            base,
+            {**base, "env": graph},
+            {**base, "env": graph, "mode": "stale"},
+            {**base, "env": graph, "mode": "sync"},
+            {**base, "env": graph, "mode": "conf"},
+            {**base, "env": graph, "grow_at": 5},
+            {**base, "env": graph, "recurrent": True},
+        ],
+    )
     assert off == stock and stock["drafts"] == stock["expected"] and stock["eager_calls"] == 8
     for doc in (ok, stale, sync, conf, grow, ring):
         assert doc["drafts"] == doc["expected"]
@@ -167,14 +181,16 @@ def test_drafter_round_graph(arms):
     g = ok["graphs"]
     assert (g["captured"], g["replayed"], g["validated"], g["failed"]) == (1, 6, 2, 0)
     assert ok["eager_calls"] == 4 and ok["drafts"] == stock["drafts"]
-    assert ok["reused_upload"] == 0    # the capture records its own uploads (params as the generator built them)
+    assert (
+        ok["reused_upload"] == 0
+    )  # the capture records its own uploads (params as the generator built them)
     # a replay of capture-time values is caught by the first validation and the shape falls back
     assert stale["graphs"]["failed"] == 1 and "differed" in stale["graphs"]["entries"][0][2]
     assert stale["graphs"]["replayed"] == 1 and stale["eager_calls"] == 8
     assert "capture failed" in sync["graphs"]["entries"][0][2] and sync["eager_calls"] == 8
     assert "draft confidence" in conf["graphs"]["entries"][0][2] and conf["graphs"]["captured"] == 0
     assert grow["graphs"]["captured"] == 2 and len(grow["graphs"]["entries"]) == 2
-    assert ring["graphs"] is None and ring["eager_calls"] == 8     # window-ring drafters stay eager
+    assert ring["graphs"] is None and ring["eager_calls"] == 8  # window-ring drafters stay eager
 
 
 def test_drafter_round_graph_rings(arms):
@@ -184,9 +200,15 @@ def test_drafter_round_graph_rings(arms):
     base = {"seed": 0, "bsz": 2, "rounds": 12, "mode": "ring"}
     rings = {"EXL3_OVL_SWA_RING": "1", "EXL3_OVL_SWA_RING_STATIC": "1"}
     graph = {"EXL3_OVL_DRAFTER_GRAPH": "1"}
-    eager, captured, plain = run_cases(arms.patched, "drafter_graph.py", [
-        {**base, "env": rings}, {**base, "env": {**rings, **graph}},
-        {**base, "env": {"EXL3_OVL_SWA_RING": "1", **graph}}])
+    eager, captured, plain = run_cases(
+        arms.patched,
+        "drafter_graph.py",
+        [
+            {**base, "env": rings},
+            {**base, "env": {**rings, **graph}},
+            {**base, "env": {"EXL3_OVL_SWA_RING": "1", **graph}},
+        ],
+    )
     assert eager["drafts"] == eager["expected"] and eager["graphs"] is None and eager["eager_calls"] == 12
     g = captured["graphs"]
     assert (g["captured"], g["replayed"], g["validated"], g["failed"]) == (1, 10, 2, 0)
@@ -199,16 +221,28 @@ def test_drafter_round_graph_rings(arms):
 def test_warmup_draft(arms):
     cases = [{"argv": []}, {"argv": ["-wd"]}]
     stock = run_cases(arms.stock, "warmup_draft.py", cases)
-    off, on, ndt, no_draft, no_tok = run_cases(arms.patched, "warmup_draft.py", cases + [
-        {"argv": ["-wd", "-ndt", "5"]}, {"argv": ["-wd"], "draft": False}, {"argv": ["-wd"], "tokenizer": False},
-    ])
+    off, on, ndt, no_draft, no_tok = run_cases(
+        arms.patched,
+        "warmup_draft.py",
+        cases
+        + [
+            {"argv": ["-wd", "-ndt", "5"]},
+            {"argv": ["-wd"], "draft": False},
+            {"argv": ["-wd"], "tokenizer": False},
+        ],
+    )
     assert off == stock[0]
     assert stock[1]["error"].startswith("argparse")
     names = [e[0] for e in on["events"]]
     assert names == ["load", "load", "model.warmup", "generator", "enqueue", "close", "returned"]
     gen, job = on["events"][3][1], on["events"][4][1]
-    assert gen == {"cache_is_target": True, "draft_cache_is_draft": True, "draft_model": "DFlash2Model",
-                   "model": "LlamaModel", "recurrent_cache_size": 0}
+    assert gen == {
+        "cache_is_target": True,
+        "draft_cache_is_draft": True,
+        "draft_model": "DFlash2Model",
+        "model": "LlamaModel",
+        "recurrent_cache_size": 0,
+    }
     assert job == {"in_vocab": True, "max_new_tokens": 4 * 8, "prompt": 320, "sampler": "ArgmaxSampler"}
     assert on["events"][5] == ["close", 4]
     assert ndt["events"][4][1]["max_new_tokens"] == 4 * 6
@@ -220,12 +254,19 @@ def test_warmup_draft(arms):
 def test_mtp_index_share(arms):
     cases = [{"seed": 0}, {"seed": 0, "share_caps": True}]
     stock = run_cases(arms.stock, "mtp_share.py", cases)
-    off, caps_only, on, flag_only = run_cases(arms.patched, "mtp_share.py", cases + [
-        {"seed": 0, "share_caps": True, "env": {"EXL3_OVL_MTP_INDEX_SHARE": "1"}},
-        {"seed": 0, "env": {"EXL3_OVL_MTP_INDEX_SHARE": "1"}},
-    ])
+    off, caps_only, on, flag_only = run_cases(
+        arms.patched,
+        "mtp_share.py",
+        cases
+        + [
+            {"seed": 0, "share_caps": True, "env": {"EXL3_OVL_MTP_INDEX_SHARE": "1"}},
+            {"seed": 0, "env": {"EXL3_OVL_MTP_INDEX_SHARE": "1"}},
+        ],
+    )
     for p, s in ((off, stock[0]), (caps_only, stock[1]), (flag_only, stock[0])):
-        assert {k: v for k, v in p.items() if k != "selection"} == {k: v for k, v in s.items() if k != "selection"}
+        assert {k: v for k, v in p.items() if k != "selection"} == {
+            k: v for k, v in s.items() if k != "selection"
+        }
     assert on["drafts"] == stock[1]["drafts"] and on["steps"] == [0, 1, 2, 0, 1, 2]
     # one fresh dict per round reaches every depth: empty at depth 0, holding depth 0's entry afterwards
     assert on["share_per_round"] == [[1, [0, 1, 1]], [1, [0, 1, 1]]]
@@ -253,15 +294,26 @@ def test_embed_on_device(arms):
     base = {"seed": 3, "bsz": 1, "block": 12, "rounds": 5, "corrupt": 8, "embed": "loader"}
     wide = {**base, "seed": 4, "bsz": 3, "block": 8}
     stock, stock3 = run_cases(arms.stock, "spec_round.py", [base, wide])
-    off, alone, on, on3 = run_cases(arms.patched, "spec_round.py", [
-        base, {**base, "env": ROUND}, {**base, "env": ROUND, "embed_on_device": True},
-        {**wide, "env": ROUND, "embed_on_device": True}])
+    off, alone, on, on3 = run_cases(
+        arms.patched,
+        "spec_round.py",
+        [
+            base,
+            {**base, "env": ROUND},
+            {**base, "env": ROUND, "embed_on_device": True},
+            {**wide, "env": ROUND, "embed_on_device": True},
+        ],
+    )
     for doc in (off, alone, on):
         assert _same_outputs(stock, doc)
     assert _same_outputs(stock3, on3)
     # the loader's placement: system RAM for an unquantized table, unless the option keeps it on the device
-    assert stock["embed_table"] == off["embed_table"] == alone["embed_table"] == {
-        "is_cuda": False, "caps": {"prefer_cpu": True, "x_cpu": False}}
+    assert (
+        stock["embed_table"]
+        == off["embed_table"]
+        == alone["embed_table"]
+        == {"is_cuda": False, "caps": {"prefer_cpu": True, "x_cpu": False}}
+    )
     assert on["embed_table"] == {"is_cuda": True, "caps": {"prefer_cpu": False, "x_cpu": False}}
     assert _spec_syncs(stock) == _spec_syncs(off) == _spec_syncs(alone) == [2] * 5
     assert _spec_syncs(on) == [1] * 5 and _spec_syncs(on3) == [1] * 5 and _spec_syncs(stock3) == [4] * 5

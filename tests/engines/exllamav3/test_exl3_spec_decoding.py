@@ -13,9 +13,9 @@ from exl3_probes import run_cases
 )
 def test_dflash_mask_rows_cached(arms, payload):
     (stock,) = run_cases(arms.stock, "dflash_input.py", [payload])
-    off, on = run_cases(arms.patched, "dflash_input.py", [
-        payload, {**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}},
-    ])
+    off, on = run_cases(
+        arms.patched, "dflash_input.py", [payload, {**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}}]
+    )
     assert off == stock
     # bit-identical block inputs and the same input_ids handed downstream
     assert on["digests"] == stock["digests"] and on["input_ids"] == stock["input_ids"]
@@ -30,7 +30,9 @@ def test_dflash_mask_rows_follow_the_embedding(arms):
     address: the block input is embedded from the new table, as stock does, not served from the freed one's."""
     payload = {"seed": 0, "rounds": 10, "swap": True}
     (stock,) = run_cases(arms.stock, "dflash_input.py", [payload])
-    (on,) = run_cases(arms.patched, "dflash_input.py", [{**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}}])
+    (on,) = run_cases(
+        arms.patched, "dflash_input.py", [{**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}}]
+    )
     assert stock["id_reused"] is True and on["id_reused"] is True  # the hazard really happened
     assert on["digests"] == stock["digests"]
     block = stock["shape"][1]
@@ -40,14 +42,20 @@ def test_dflash_mask_rows_follow_the_embedding(arms):
 def test_mtp_dir_reattaches_head(arms):
     embedded_case = {"argv": ["-mtp"], "embedded": True}
     dropped_case = {"argv": ["-mtp"]}
-    stock = run_cases(arms.stock, "mtp_dir.py", [embedded_case, dropped_case, {"argv": ["-mtp", "-mtpd", "{mtp}"]}])
-    patched = run_cases(arms.patched, "mtp_dir.py", [
-        embedded_case,
-        dropped_case,
-        {"argv": ["-mtp", "-mtpd", "{mtp}"]},
-        {"argv": ["-mtpd", "{mtp}"]},
-        {"argv": ["-mtp", "-mtpd", "{mtp}"], "mtp_layers": 0},
-    ])
+    stock = run_cases(
+        arms.stock, "mtp_dir.py", [embedded_case, dropped_case, {"argv": ["-mtp", "-mtpd", "{mtp}"]}]
+    )
+    patched = run_cases(
+        arms.patched,
+        "mtp_dir.py",
+        [
+            embedded_case,
+            dropped_case,
+            {"argv": ["-mtp", "-mtpd", "{mtp}"]},
+            {"argv": ["-mtpd", "{mtp}"]},
+            {"argv": ["-mtp", "-mtpd", "{mtp}"], "mtp_layers": 0},
+        ],
+    )
     embedded, dropped = stock[0], stock[1]
     # reference: the head's tensors in the model directory (unconverted layout): both arms build the MTP draft
     assert embedded["draft"] == "Glm4MoeLiteMTPModel" and patched[0] == embedded
@@ -79,14 +87,22 @@ def test_mtp_dir_takes_only_mtp_tensors(arms):
     # trunk names the model does not have are not served from the other checkpoint either
     assert where["model.layers.0.mlp.gate_proj.weight"]["has"] is False
     assert where["model.norm.weight"]["has"] is False
-    assert whole["refused"] == sorted(["lm_head.weight", "model.embed_tokens.weight",
-                                       "model.layers.0.mlp.gate_proj.weight", "model.norm.weight"])
+    assert whole["refused"] == sorted(
+        [
+            "lm_head.weight",
+            "model.embed_tokens.weight",
+            "model.layers.0.mlp.gate_proj.weight",
+            "model.norm.weight",
+        ]
+    )
 
 
 def test_parallel_draft_load(arms):
     cases = [{"argv": []}, {"argv": ["-gs", "20"]}]
     stock = run_cases(arms.stock, "load_order.py", cases + [{"argv": ["-gs", "20", "-pl"]}])
-    patched = run_cases(arms.patched, "load_order.py", cases + [{"argv": ["-gs", "20", "-pl"]}, {"argv": ["-pl"]}])
+    patched = run_cases(
+        arms.patched, "load_order.py", cases + [{"argv": ["-gs", "20", "-pl"]}, {"argv": ["-pl"]}]
+    )
     # off: same order (drafter first), thread and arguments as stock
     for s, p in zip(stock[:2], patched[:2]):
         assert s["order"] == ["DFlash2Model", "LlamaModel"] and s["threads"] == ["main", "main"]
@@ -100,8 +116,12 @@ def test_parallel_draft_load(arms):
 
 
 def test_block_drafter_interface(arms):
-    dflash_cases = [{"seed": 0}, {"seed": 1, "bsz": 3, "window": 4}, {"seed": 2, "conf_len": 3},
-                    {"seed": 3, "conf_len": 0}]
+    dflash_cases = [
+        {"seed": 0},
+        {"seed": 1, "bsz": 3, "window": 4},
+        {"seed": 2, "conf_len": 3},
+        {"seed": 3, "conf_len": 0},
+    ]
     propose_cases = [{**c, "drafter": "propose"} for c in dflash_cases[:2]]
     stock = run_cases(arms.stock, "dflash_round.py", dflash_cases + propose_cases)
     patched = run_cases(arms.patched, "dflash_round.py", dflash_cases + propose_cases)

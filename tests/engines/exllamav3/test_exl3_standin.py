@@ -12,7 +12,12 @@ def test_standin_imports_stock_wheel(arms):
     assert info["origin"].endswith(".overlay-standin.so")
     # names come from the bindings the wheel ships: hasattr answers as the real module does
     assert info["functions"] >= 150
-    assert info["has"] == {"rms_norm": True, "sparse_head_argmax": True, "BC_Attention": True, "no_such_kernel": False}
+    assert info["has"] == {
+        "rms_norm": True,
+        "sparse_head_argmax": True,
+        "BC_Attention": True,
+        "no_such_kernel": False,
+    }
     assert info["attrs"] == {"HAS_DFLASH2": True, "HAS_DET_GEMM": True, "FUSED_SAMPLER_MAX_BLOCKS": 128}
     # a kernel call is recorded and refused with a message naming it
     assert "exllamav3_ext.rms_norm is a CUDA kernel" in info["call"]

@@ -33,7 +33,16 @@ SYNC: collections.Counter[str] = collections.Counter()
 
 _HOST_READS = {"item", "tolist", "__int__", "__bool__", "__float__", "__index__", "numpy", "cpu"}
 # ops whose result shape or value the host must know before it can go on (CUDA syncs for them)
-_IMPLICIT = {"equal", "allclose", "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
+_IMPLICIT = {
+    "equal",
+    "allclose",
+    "nonzero",
+    "argwhere",
+    "masked_select",
+    "unique",
+    "unique_consecutive",
+    "bincount",
+}
 
 
 def _bool_mask(index: Any) -> bool:
@@ -62,8 +71,11 @@ class Dev(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        if name in _IMPLICIT or (name in ("__getitem__", "__setitem__") and len(args) > 1 and _bool_mask(args[1])) \
-                or (name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor)):
+        if (
+            name in _IMPLICIT
+            or (name in ("__getitem__", "__setitem__") and len(args) > 1 and _bool_mask(args[1]))
+            or (name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor))
+        ):
             SYNC["host_read:" + name] += 1
             return super().__torch_function__(func, types, args, kwargs)
         if name in _HOST_READS:
@@ -123,7 +135,7 @@ def install_cuda_mocks() -> None:
         empty_like = torch.empty_like
 
         def host_empty_like(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
-            return empty_like(*args, **kwargs)      # no pinned allocator on CPU torch: a plain host buffer
+            return empty_like(*args, **kwargs)  # no pinned allocator on CPU torch: a plain host buffer
 
         host_empty_like._devsim = True  # type: ignore[attr-defined]
         torch.empty_like = host_empty_like  # type: ignore[assignment]
@@ -133,6 +145,7 @@ def install_cuda_mocks() -> None:
 
 
 # Noise: uniform (0, 1) from a splitmix64 hash of (seed, index), then Gumbel as the kernels compute it
+
 
 def _uniform(seed: np.ndarray, index: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
@@ -176,6 +189,7 @@ def install_sampling_references(standin: Any) -> None:
             if kind == "log":
                 x = np.log(x)
             _write(x_out, x + _noise_flat(x.shape, seed))
+
         return ref
 
     refs["gumbel_noise_f16"] = gumbel("f16")
@@ -191,8 +205,19 @@ def install_sampling_references(standin: Any) -> None:
 
     refs["gumbel_noise_rows"] = gumbel_rows
 
-    def fused(logits: torch.Tensor, mask: Any, bits: Any, out: torch.Tensor, workspace: Any, size: int,
-              inv_temp: float, minp_log: float, seed: Any, mode: int, *rest: Any) -> None:
+    def fused(
+        logits: torch.Tensor,
+        mask: Any,
+        bits: Any,
+        out: torch.Tensor,
+        workspace: Any,
+        size: int,
+        inv_temp: float,
+        minp_log: float,
+        seed: Any,
+        mode: int,
+        *rest: Any,
+    ) -> None:
         if mask is not None or bits is not None or mode == 3:
             raise NotImplementedError("fused_sampler reference: masks and mode 3 are not modelled")
         full = host(logits).double().numpy()
@@ -210,4 +235,5 @@ def install_sampling_references(standin: Any) -> None:
 
     refs["fused_sampler"] = fused
     refs["fused_sampler_rows"] = lambda logits, mask, bits, out, ws, size, it, ml, seeds, *rest: fused(
-        logits, mask, bits, out, ws, size, it, ml, list(seeds), *rest)
+        logits, mask, bits, out, ws, size, it, ml, list(seeds), *rest
+    )

@@ -70,15 +70,26 @@ def _kernel():
         from exllamav3.modules.attention_fn.triton_paged import _qc_load_v
 
         @triton.jit
-        def _dequant(qwords, scales, out, n_rows, BITS: tl.constexpr, n_kv_heads: tl.constexpr,
-                     head_dim: tl.constexpr, BLOCK_N: tl.constexpr):
+        def _dequant(
+            qwords,
+            scales,
+            out,
+            n_rows,
+            BITS: tl.constexpr,
+            n_kv_heads: tl.constexpr,
+            head_dim: tl.constexpr,
+            BLOCK_N: tl.constexpr,
+        ):
             h = tl.program_id(0)
             rows = tl.arange(0, BLOCK_N)
             mask = rows < n_rows
             offs_d = tl.arange(0, head_dim)
             tile = _qc_load_v(qwords, scales, rows, h, offs_d, mask, BITS, n_kv_heads, head_dim, head_dim)
-            tl.store(out + rows[:, None] * (n_kv_heads * head_dim) + h * head_dim + offs_d[None, :], tile,
-                     mask=mask[:, None])
+            tl.store(
+                out + rows[:, None] * (n_kv_heads * head_dim) + h * head_dim + offs_d[None, :],
+                tile,
+                mask=mask[:, None],
+            )
 
         _KERNEL = _dequant
     return _KERNEL
@@ -91,8 +102,16 @@ def dequant_rotated(words: torch.Tensor, scale: torch.Tensor, bits: int, n_kv_he
     out = torch.zeros((n, dim), dtype=torch.half)
     if n:
         block = 1 << max(0, (n - 1).bit_length())
-        _kernel()[(n_kv_heads,)](words.contiguous(), scale.contiguous(), out, n, bits, n_kv_heads,
-                                 dim // n_kv_heads, max(block, 16))
+        _kernel()[(n_kv_heads,)](
+            words.contiguous(),
+            scale.contiguous(),
+            out,
+            n,
+            bits,
+            n_kv_heads,
+            dim // n_kv_heads,
+            max(block, 16),
+        )
     return out
 
 
@@ -100,7 +119,9 @@ def dequant_rows(words: torch.Tensor, scale: torch.Tensor, bits: int, n_kv_heads
     """Upstream's decode, rotated back to the original domain (what attention over the rotated keys and a rotated
     query computes): (..., dim) fp16"""
     lead = words.shape[:-1]
-    rot = dequant_rotated(words.reshape(-1, words.shape[-1]), scale.reshape(-1, scale.shape[-1]), bits, n_kv_heads)
+    rot = dequant_rotated(
+        words.reshape(-1, words.shape[-1]), scale.reshape(-1, scale.shape[-1]), bits, n_kv_heads
+    )
     return (rot.float().view(-1, 32) @ _h32()).half().reshape(*lead, -1)
 
 
@@ -119,8 +140,20 @@ def codec_check(gen: torch.Generator, bits: int, n_kv_heads: int, head_dim: int,
     return {"max_half_steps": float(err.max()), "rel_l2": rel}
 
 
-def quant_cache_paged(k_in, k_out, k_sc, v_in, v_out, v_sc, cache_seqlens, block_table, page_size, seq_len,
-                      compand_a, in_contiguous):
+def quant_cache_paged(
+    k_in,
+    k_out,
+    k_sc,
+    v_in,
+    v_out,
+    v_sc,
+    cache_seqlens,
+    block_table,
+    page_size,
+    seq_len,
+    compand_a,
+    in_contiguous,
+):
     kb = k_out.shape[-1] // k_sc.shape[-1]
     vb = v_out.shape[-1] // v_sc.shape[-1]
     for b in range(block_table.shape[0]):
@@ -133,8 +166,9 @@ def quant_cache_paged(k_in, k_out, k_sc, v_in, v_out, v_sc, cache_seqlens, block
 
 
 def make_dequant_cache_paged(n_kv_heads: int):
-    def dequant_cache_paged(k_in, k_sc, k_out, v_in, v_sc, v_out, cache_seqlens, block_table, page_size,
-                            sliding_window, compand_a):
+    def dequant_cache_paged(
+        k_in, k_sc, k_out, v_in, v_sc, v_out, cache_seqlens, block_table, page_size, sliding_window, compand_a
+    ):
         kb = k_in.shape[-1] // k_sc.shape[-1]
         vb = v_in.shape[-1] // v_sc.shape[-1]
         for b in range(block_table.shape[0]):
@@ -147,6 +181,7 @@ def make_dequant_cache_paged(n_kv_heads: int):
             v = dequant_rows(v_in[pages, rows], v_sc[pages, rows], vb, n_kv_heads)
             k_out[pages, rows] = k.view(n, *k_out.shape[2:])
             v_out[pages, rows] = v.view(n, *v_out.shape[2:])
+
     return dequant_cache_paged
 
 

@@ -80,8 +80,14 @@ def case(PAYLOAD: dict) -> dict:
             out = layer.forward(anchors, params)
             digests.append(hashlib.sha256(out.contiguous().numpy().tobytes()).hexdigest()[:16])
             input_ids.append(params["input_ids"].tolist())
-        return {"digests": digests, "input_ids": input_ids, "embedded_rows": embedded_rows,
-                "shape": list(out.shape), "dtype": str(out.dtype), "id_reused": id_reused}
+        return {
+            "digests": digests,
+            "input_ids": input_ids,
+            "embedded_rows": embedded_rows,
+            "shape": list(out.shape),
+            "dtype": str(out.dtype),
+            "id_reused": id_reused,
+        }
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def case(PAYLOAD: dict) -> dict:
             key = "fc_rows" if w.shape[0] == 2 * hidden else "kv_rows"
             projected[key] += x.shape[0] * x.shape[1]
             return (x.float() @ w).half()
+
         return SimpleNamespace(forward=forward)
 
     def rms(x, params, out_dtype=None):
@@ -55,8 +56,15 @@ def case(PAYLOAD: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         types = PAYLOAD.get("layer_types", ["sliding_attention"] * 2)
-        directory = tiny_dflash2(Path(tmp) / "d", layers=len(types), layer_types=types,
-                                 window=PAYLOAD.get("window", 256), hidden=hidden, kv_heads=kvh, head_dim=hd)
+        directory = tiny_dflash2(
+            Path(tmp) / "d",
+            layers=len(types),
+            layer_types=types,
+            window=PAYLOAD.get("window", 256),
+            hidden=hidden,
+            kv_heads=kvh,
+            head_dim=hd,
+        )
         kwargs = {"draft_window": PAYLOAD["draft_window"]} if PAYLOAD.get("draft_window") else {}
         model = Model.from_config(Config.from_directory(str(directory)), **kwargs)
         cache = Cache(model, max_num_tokens=256, max_batch_size=2)
@@ -83,18 +91,31 @@ def case(PAYLOAD: dict) -> dict:
             else:
                 k = k_states[rs.slot, t0 - rs.window_beg : rs.position - rs.window_beg]
                 v = v_states[rs.slot, t0 - rs.window_beg : rs.position - rs.window_beg]
-            return hashlib.sha256(k.contiguous().numpy().tobytes() + v.contiguous().numpy().tobytes()).hexdigest()[:16]
+            return hashlib.sha256(
+                k.contiguous().numpy().tobytes() + v.contiguous().numpy().tobytes()
+            ).hexdigest()[:16]
 
         after = []
         for n in PAYLOAD["chunks"]:
             taps = [torch.randn(1, n, hidden, generator=gen).half() for _ in range(2)]
-            params = {"block_table": None, "cache_seqlens": torch.tensor([rs.position], dtype=torch.int32),
-                      "recurrent_states": [rs]}
+            params = {
+                "block_table": None,
+                "cache_seqlens": torch.tensor([rs.position], dtype=torch.int32),
+                "recurrent_states": [rs],
+            }
             model.update_kv_from_target(taps, cache, params)
-            after.append({"position": rs.position, "window_beg": rs.window_beg,
-                          "windows": [window_digest(layer) for layer in model.attn_modules]})
-        return {"after": after, "projected": projected,
-                "kv_state_size": [layer.kv_state_size for layer in model.attn_modules]}
+            after.append(
+                {
+                    "position": rs.position,
+                    "window_beg": rs.window_beg,
+                    "windows": [window_digest(layer) for layer in model.attn_modules],
+                }
+            )
+        return {
+            "after": after,
+            "projected": projected,
+            "kv_state_size": [layer.kv_state_size for layer in model.attn_modules],
+        }
 
 
 if __name__ == "__main__":

@@ -59,18 +59,30 @@ def case(payload: dict) -> dict:
     def job(i: int):
         pos = int(torch.randint(300, 3000, (1,), generator=g))
         pages = (pos + 255) // 256 + 1
-        seq = SimpleNamespace(block_index_tensor=torch.arange(i * 64, i * 64 + pages, dtype=torch.int32).view(1, -1),
-                              kv_position=pos)
+        seq = SimpleNamespace(
+            block_index_tensor=torch.arange(i * 64, i * 64 + pages, dtype=torch.int32).view(1, -1),
+            kv_position=pos,
+        )
         anchor = torch.randint(0, 511, (1, 1), generator=g)
-        return SimpleNamespace(is_prefill_done=lambda: True, get_max_seq_len=lambda: pos + 1, sequences=[seq],
-                               time_first_token=1.0, get_input_ids_list=lambda: [anchor])
+        return SimpleNamespace(
+            is_prefill_done=lambda: True,
+            get_max_seq_len=lambda: pos + 1,
+            sequences=[seq],
+            time_first_token=1.0,
+            get_input_ids_list=lambda: [anchor],
+        )
 
     _staging = staging_buffers(32)
     staging = _staging.buffers
 
     fake = SimpleNamespace(
-        active_jobs=[job(i) for i in range(bsz)], _staging=_staging, draft_model=drafter, draft_cache="draft-cache",
-        draft_recurrent=False, draft_calibrator=None, _sparse_flag=None,
+        active_jobs=[job(i) for i in range(bsz)],
+        _staging=_staging,
+        draft_model=drafter,
+        draft_cache="draft-cache",
+        draft_recurrent=False,
+        draft_calibrator=None,
+        _sparse_flag=None,
         draft_input_ids_pinned=torch.zeros((max(bsz, 32), 1), dtype=torch.long),
         draft_ids_pinned=torch.zeros((max(bsz, 32), 64), dtype=torch.long),
     )
@@ -81,7 +93,8 @@ def case(payload: dict) -> dict:
     return {
         "draft": None if out is None else out[:bsz].tolist(),
         "calls": calls,
-        "block_table": staging[("draft_block_index", 16)][:bsz].tolist() if ("draft_block_index", 16) in staging
+        "block_table": staging[("draft_block_index", 16)][:bsz].tolist()
+        if ("draft_block_index", 16) in staging
         else None,
         "seqlens": staging[("draft_cache_seqlens", None)][:bsz].tolist(),
     }

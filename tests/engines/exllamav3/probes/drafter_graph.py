@@ -65,11 +65,13 @@ def case(payload: dict) -> dict:
     def compute(ids: torch.Tensor, seqlens: torch.Tensor) -> torch.Tensor:
         rows = []
         ring_rows = ([0] * ids.shape[0], [0] * ids.shape[0])
-        if ring_bufs:   # a ring drafter's drafts depend on its device tables too (stale tables show)
+        if ring_bufs:  # a ring drafter's drafts depend on its device tables too (stale tables show)
             bt, ring_lens = ring_bufs[0]
             ring_rows = (host(ring_lens).tolist(), host(bt)[:, 0].tolist())
         for a, p, r, b in zip(ids.view(-1).tolist(), seqlens.tolist(), *ring_rows):
-            rows.append([a] + [(a * 31 + p * 7 + 5 * (k + 1) + r * 3 + b * 11) % 512 for k in range(block - 1)])
+            rows.append(
+                [a] + [(a * 31 + p * 7 + 5 * (k + 1) + r * 3 + b * 11) % 512 for k in range(block - 1)]
+            )
         return torch.tensor(rows, dtype=torch.long)
 
     ring = mode == "ring"
@@ -86,6 +88,7 @@ def case(payload: dict) -> dict:
                 # a window-ring layer's decode step: the wheel's RingStepBuffer (what _decode_state_prep runs with
                 # EXL3_OVL_SWA_RING_STATIC=1), then the state advance Model.forward makes (anchor ids: +1)
                 from exllamav3.modules.sliding_attn import RingStepBuffer
+
                 rsg = params["recurrent_states"]
                 buf = RingStepBuffer.get(512, len(rsg), torch.device("cpu"))
                 bt, seqlens = buf.step(rsg, block)
@@ -118,9 +121,11 @@ def case(payload: dict) -> dict:
             if "seqlens" not in cache:
                 cache["seqlens"] = torch.zeros_like(params["cache_seqlens"])
                 staged, uploaded = params["cache_seqlens"], cache["seqlens"]
-                graph.ops.append(lambda: uploaded.copy_(staged))       # captured upload: re-reads the buffer
+                graph.ops.append(lambda: uploaded.copy_(staged))  # captured upload: re-reads the buffer
             else:
-                log["reused_upload"] = log.get("reused_upload", 0) + 1  # a capture reusing an eager round's upload
+                log["reused_upload"] = (
+                    log.get("reused_upload", 0) + 1
+                )  # a capture reusing an eager round's upload
             seqlens = cache["seqlens"]
             frozen = (input_ids.clone(), params["cache_seqlens"].clone())
 
@@ -133,16 +138,24 @@ def case(payload: dict) -> dict:
 
     def job(i: int):
         pos = int(torch.randint(300, 3000, (1,), generator=g))
-        seq = SimpleNamespace(block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),
-                              kv_position=pos)
+        seq = SimpleNamespace(
+            block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),
+            kv_position=pos,
+        )
         state = {"anchor": int(torch.randint(0, 511, (1,), generator=g))}
 
         def ids():
             return [torch.tensor([[state["anchor"]]])]
 
-        return SimpleNamespace(is_prefill_done=lambda: True, get_max_seq_len=lambda: seq.kv_position + 1,
-                               sequences=[seq], time_first_token=1.0, get_input_ids_list=ids, state=state,
-                               recurrent_state=SimpleNamespace(draft=None))
+        return SimpleNamespace(
+            is_prefill_done=lambda: True,
+            get_max_seq_len=lambda: seq.kv_position + 1,
+            sequences=[seq],
+            time_first_token=1.0,
+            get_input_ids_list=ids,
+            state=state,
+            recurrent_state=SimpleNamespace(draft=None),
+        )
 
     _staging = staging_buffers(4)
     bsz = payload.get("bsz", 2)
@@ -151,6 +164,7 @@ def case(payload: dict) -> dict:
     if ring:
         # window-ring drafter states (the wheel's SWAState, kv_state_size 512) at the jobs' positions
         from exllamav3.modules.sliding_attn import SWALayerState, SWAState
+
         layer = SWALayerState.__new__(SWALayerState)
         draft_cache = SimpleNamespace(recurrent_layers={(0, 0): layer})
         for i, j in enumerate(jobs):
@@ -159,11 +173,21 @@ def case(payload: dict) -> dict:
             rs.position = j.sequences[0].kv_position
             rs.window_beg = max(0, (rs.position - 300) // 256 * 256)
             j.recurrent_state = SimpleNamespace(draft=rs)
-    ring_initial = [[j.recurrent_state.draft.position, j.recurrent_state.draft.window_beg] for j in jobs] if ring else None
+    ring_initial = (
+        [[j.recurrent_state.draft.position, j.recurrent_state.draft.window_beg] for j in jobs]
+        if ring
+        else None
+    )
     fake = SimpleNamespace(
-        active_jobs=jobs[:bsz], _staging=_staging, draft_model=Drafter(), draft_cache=draft_cache,
-        draft_recurrent=payload.get("recurrent", False) or ring, draft_calibrator=None, _sparse_flag=None,
-        hybrid_draft_tokens=0, draft_input_ids_pinned=torch.zeros((8, 1), dtype=torch.long),
+        active_jobs=jobs[:bsz],
+        _staging=_staging,
+        draft_model=Drafter(),
+        draft_cache=draft_cache,
+        draft_recurrent=payload.get("recurrent", False) or ring,
+        draft_calibrator=None,
+        _sparse_flag=None,
+        hybrid_draft_tokens=0,
+        draft_input_ids_pinned=torch.zeros((8, 1), dtype=torch.long),
         draft_ids_pinned=torch.zeros((8, 16), dtype=torch.long),
     )
     drafts, expected = [], []
@@ -180,7 +204,7 @@ def case(payload: dict) -> dict:
             accepted = 1 + (j.state["anchor"] + r) % 5
             j.sequences[0].kv_position += accepted
             j.state["anchor"] = row[accepted - 1]
-            if ring:    # the verify's write-back leaves the state at the new K/V position (commit_state_rows)
+            if ring:  # the verify's write-back leaves the state at the new K/V position (commit_state_rows)
                 ds = j.recurrent_state.draft
                 ds.position, ds.last_history, ds.wshift = j.sequences[0].kv_position, 0, 0
     graphs = fake.__dict__.get("_ovl_round_graphs")
@@ -192,7 +216,8 @@ def case(payload: dict) -> dict:
         "reused_upload": log.get("reused_upload", 0),
         "graphs": None if graphs is None else graphs.status(),
         "ring_states": [[j.recurrent_state.draft.position, j.recurrent_state.draft.window_beg] for j in jobs]
-        if ring else None,
+        if ring
+        else None,
         "ring_initial": ring_initial,
     }
 

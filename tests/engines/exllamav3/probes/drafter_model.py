@@ -20,8 +20,12 @@ def case(payload: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         make = tiny_dflash2 if payload.get("arch", "dflash2") == "dflash2" else tiny_dflash
-        directory = make(Path(tmp) / "draft", layer_types=payload["layer_types"], window=payload.get("window", 256),
-                         layers=len(payload["layer_types"]))
+        directory = make(
+            Path(tmp) / "draft",
+            layer_types=payload["layer_types"],
+            window=payload.get("window", 256),
+            layers=len(payload["layer_types"]),
+        )
         config = Config.from_directory(str(directory))
         kwargs = {"swa_full": bool(payload.get("swa_full", False))}
         if payload.get("draft_window") is not None:
@@ -30,8 +34,12 @@ def case(payload: dict) -> dict:
             model = Model.from_config(config, **kwargs)
         except ValueError as e:
             return {"error": str(e)}
-        cache = Cache(model, max_num_tokens=payload.get("cache_tokens", 8192), layer_type=CacheLayer_fp16,
-                      max_batch_size=1)
+        cache = Cache(
+            model,
+            max_num_tokens=payload.get("cache_tokens", 8192),
+            layer_type=CacheLayer_fp16,
+            max_batch_size=1,
+        )
         allocated = None
         if payload.get("alloc_device"):
             import torch

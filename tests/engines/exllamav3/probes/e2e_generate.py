@@ -48,19 +48,37 @@ def case(payload: dict) -> dict:
 
     t_load = time.perf_counter()
     model, cache, tokenizer, draft_model, draft_cache = _load(
-        payload["model"], payload.get("draft_model"), payload.get("cache_tokens", 4096))
+        payload["model"], payload.get("draft_model"), payload.get("cache_tokens", 4096)
+    )
     load_s = time.perf_counter() - t_load
     generator = Generator(
-        model=model, cache=cache, tokenizer=tokenizer, draft_model=draft_model, draft_cache=draft_cache,
-        num_draft_tokens=payload.get("num_draft_tokens"), ngram_match_min=payload.get("ngram", 0),
+        model=model,
+        cache=cache,
+        tokenizer=tokenizer,
+        draft_model=draft_model,
+        draft_cache=draft_cache,
+        num_draft_tokens=payload.get("num_draft_tokens"),
+        ngram_match_min=payload.get("ngram", 0),
         recurrent_cache_size=0,
     )
-    out = {"tokens": [], "ttft_process_s": None, "prefill_s": [], "iterations": 0, "iterate_s": 0.0,
-           "accepted": 0, "rejected": 0, "load_s": round(load_s, 3)}
+    out = {
+        "tokens": [],
+        "ttft_process_s": None,
+        "prefill_s": [],
+        "iterations": 0,
+        "iterate_s": 0.0,
+        "accepted": 0,
+        "rejected": 0,
+        "load_s": round(load_s, 3),
+    }
     for prompt in payload["prompts"]:
         ids = tokenizer.encode(prompt, add_bos=True)
-        job = Job(input_ids=ids, max_new_tokens=payload.get("max_new_tokens", 64), sampler=ArgmaxSampler(),
-                  stop_conditions=[])
+        job = Job(
+            input_ids=ids,
+            max_new_tokens=payload.get("max_new_tokens", 64),
+            sampler=ArgmaxSampler(),
+            stop_conditions=[],
+        )
         generator.enqueue(job)
         tokens: list[int] = []
         while generator.num_remaining_jobs():

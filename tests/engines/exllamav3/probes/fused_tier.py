@@ -76,10 +76,23 @@ def case(payload: dict) -> dict:
             return torch.zeros(x.shape[:-1] + (256,), dtype=torch.half)
 
     fake = SimpleNamespace(
-        config=SimpleNamespace(infer_params=SimpleNamespace(no_reconstruct=False, use_mgemm=lambda *a: False)),
-        gates=[RecLinear("gate")], ups=[RecLinear("up")], downs=[RecLinear("down")], num_slices=1,
-        interm_div=1.0, hidden_size=128, interm_dtype=torch.half, activation_fn="silu", act_limit=0.0,
-        multi_gu=[None], tp_reduce=False, out_dtype=torch.half, bszn=mlp.MAX_BSZN, device=torch.device("meta"),
+        config=SimpleNamespace(
+            infer_params=SimpleNamespace(no_reconstruct=False, use_mgemm=lambda *a: False)
+        ),
+        gates=[RecLinear("gate")],
+        ups=[RecLinear("up")],
+        downs=[RecLinear("down")],
+        num_slices=1,
+        interm_div=1.0,
+        hidden_size=128,
+        interm_dtype=torch.half,
+        activation_fn="silu",
+        act_limit=0.0,
+        multi_gu=[None],
+        tp_reduce=False,
+        out_dtype=torch.half,
+        bszn=mlp.MAX_BSZN,
+        device=torch.device("meta"),
         activation_fn_call=lambda g, u, a, limit: None,
     )
     out: dict = {}
@@ -98,8 +111,10 @@ def case(payload: dict) -> dict:
 
     # MoE tier sizing (patched: fused_tier_rows; stock: MAX_BSZN x top-k)
     rows = getattr(block_sparse_mlp, "fused_tier_rows", None)
-    out["moe_tier"] = {k: list(rows(k)) if rows else [block_sparse_mlp.MAX_BSZN * k, block_sparse_mlp.MAX_BSZN]
-                       for k in (1, 6, 8, 16, 32)}
+    out["moe_tier"] = {
+        k: list(rows(k)) if rows else [block_sparse_mlp.MAX_BSZN * k, block_sparse_mlp.MAX_BSZN]
+        for k in (1, 6, 8, 16, 32)
+    }
 
     # Python <-> C++ constants of the installed wheel
     src = Path(exllamav3.__file__).parent / "exllamav3_ext"
@@ -115,7 +130,9 @@ def case(payload: dict) -> dict:
         "py_caps": list(getattr(mlp, "FUSED_ROWS_CAPS", [mlp.MAX_BSZN])),
         "cpp_max_slots": int(slots.group(1)) if slots else None,
         "py_max_slots": getattr(block_sparse_mlp, "MOE_COOP_MAX_SLOTS", None),
-        "split_ref_tokens": _define((src / "quant" / "exl3_moe_coop.cuh").read_text(), "MOE_COOP_SPLIT_REF_TOKENS"),
+        "split_ref_tokens": _define(
+            (src / "quant" / "exl3_moe_coop.cuh").read_text(), "MOE_COOP_SPLIT_REF_TOKENS"
+        ),
     }
     return out
 

@@ -20,9 +20,17 @@ def case(payload: dict) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         target = Model.from_config(Config.from_directory(str(tiny_llama(Path(tmp) / "t"))))
-        draft = Model.from_config(Config.from_directory(str(
-            tiny_dflash2(Path(tmp) / "d", layer_types=payload["draft_layer_types"],
-                         layers=len(payload["draft_layer_types"])))))
+        draft = Model.from_config(
+            Config.from_directory(
+                str(
+                    tiny_dflash2(
+                        Path(tmp) / "d",
+                        layer_types=payload["draft_layer_types"],
+                        layers=len(payload["draft_layer_types"]),
+                    )
+                )
+            )
+        )
         cache = Cache(target, max_num_tokens=payload["target_tokens"], layer_type=CacheLayer_fp16)
         draft_cache = Cache(draft, max_num_tokens=payload["draft_tokens"], layer_type=CacheLayer_fp16)
         try:
@@ -31,7 +39,10 @@ def case(payload: dict) -> dict:
         except AssertionError as e:
             outcome, message = "assertion", str(e)
         except RuntimeError as e:
-            outcome, message = ("reached pinned allocation" if "pin_memory" in str(e) else "runtime error"), str(e)
+            outcome, message = (
+                ("reached pinned allocation" if "pin_memory" in str(e) else "runtime error"),
+                str(e),
+            )
         return {"outcome": outcome, "message": message[:200], "draft_paged_layers": draft_cache.num_layers}
 
 

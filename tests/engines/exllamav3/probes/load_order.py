@@ -26,12 +26,19 @@ def case(payload: dict) -> dict:
     def recording_load(self, *args, **kwargs):
         t0 = time.perf_counter()
         time.sleep(0.3)
-        events.append({
-            "model": type(self).__name__, "thread": "main" if threading.current_thread() is threading.main_thread()
-            else "worker", "t0": t0, "t1": time.perf_counter(),
-            "kwargs": {k: v for k, v in sorted(kwargs.items()) if isinstance(v, (bool, int, float, str, list))
-                       or v is None},
-        })
+        events.append(
+            {
+                "model": type(self).__name__,
+                "thread": "main" if threading.current_thread() is threading.main_thread() else "worker",
+                "t0": t0,
+                "t1": time.perf_counter(),
+                "kwargs": {
+                    k: v
+                    for k, v in sorted(kwargs.items())
+                    if isinstance(v, (bool, int, float, str, list)) or v is None
+                },
+            }
+        )
 
     Model.load = recording_load
     Model.warmup = lambda self, *a, **k: []
@@ -50,8 +57,12 @@ def case(payload: dict) -> dict:
             return {"error": str(e)}
     events.sort(key=lambda e: e["t0"])
     overlap = len(events) == 2 and events[1]["t0"] < events[0]["t1"]
-    return {"order": [e["model"] for e in events], "threads": [e["thread"] for e in events], "overlap": overlap,
-            "kwargs": {e["model"]: e["kwargs"] for e in events}}
+    return {
+        "order": [e["model"] for e in events],
+        "threads": [e["thread"] for e in events],
+        "overlap": overlap,
+        "kwargs": {e["model"]: e["kwargs"] for e in events},
+    }
 
 
 if __name__ == "__main__":

@@ -45,8 +45,22 @@ def visible(qpos: int, end: int, left: int, right: int) -> range:
     return range(max(0, qpos - left), min(end, qpos + right + 1))
 
 
-def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None, window_size=(-1, -1),
-               softcap=0.0, sinks=None, max_kv_len=None, **_):
+def ref_decode(
+    q,
+    k,
+    v,
+    k_pages,
+    v_pages,
+    bt,
+    cache_seqlens,
+    causal=True,
+    softmax_scale=None,
+    window_size=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    max_kv_len=None,
+    **_,
+):
     """Reference for paged_attn_triton_decode: append k/v at cache_seqlens through bt, attend over the pages."""
     import torch
 
@@ -67,8 +81,12 @@ def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softma
         all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
         for r in range(qlen):
             span = visible(base + r, end, left, right)
-            out[b, r] = attend(q[b, r], list(all_k[span.start:span.stop]), list(all_v[span.start:span.stop]),
-                               softmax_scale)
+            out[b, r] = attend(
+                q[b, r],
+                list(all_k[span.start : span.stop]),
+                list(all_v[span.start : span.stop]),
+                softmax_scale,
+            )
     return out
 
 
@@ -95,15 +113,24 @@ def case(P: dict) -> dict:
     types = P["layer_types"]
 
     with tempfile.TemporaryDirectory() as tmp:
-        directory = tiny_dflash2(Path(tmp) / "d", layers=len(types), layer_types=types, window=P.get("window", 256),
-                                 hidden=HIDDEN, kv_heads=HKV, head_dim=D)
+        directory = tiny_dflash2(
+            Path(tmp) / "d",
+            layers=len(types),
+            layer_types=types,
+            window=P.get("window", 256),
+            hidden=HIDDEN,
+            kv_heads=HKV,
+            head_dim=D,
+        )
         config = Config.from_directory(str(directory))
         kwargs = {"draft_window": P["draft_window"]} if P.get("draft_window") else {}
         model = Model.from_config(config, **kwargs)
         causal = config.is_causal is True  # what DFlash2Model.prepare_inputs passes the layers
         cache = Cache(model, max_num_tokens=PAGE, max_batch_size=bsz + 1)
         layers = model.attn_modules
-        assert all(isinstance(L, sliding_attn.SlidingAttention) for L in layers), [type(L).__name__ for L in layers]
+        assert all(isinstance(L, sliding_attn.SlidingAttention) for L in layers), [
+            type(L).__name__ for L in layers
+        ]
 
         pending: dict[int, tuple] = {}
         projected: dict[int, list] = {}
@@ -116,6 +143,7 @@ def case(P: dict) -> dict:
                 rows = torch.randn(x.shape[0], x.shape[1], HKV * D, generator=gen).half()
                 projected.setdefault(i, [None, None])[which] = rows.view(x.shape[0], x.shape[1], HKV, D)
                 return rows
+
             return SimpleNamespace(forward=forward)
 
         model.input_layer.device = torch.device("cpu")
@@ -127,7 +155,7 @@ def case(P: dict) -> dict:
             L.rope = SimpleNamespace(apply=identity_rope)
             L.k_norm_tensor, L.norm_eps, L.norm_constant_bias = None, 1e-6, 0.0
             L.project_o = lambda o, b_, s_, p_: o
-            L.project_qkv = (lambda i: (lambda x, params: pending.pop(i)))(i)  # noqa: B023 (bound by the outer call)
+            L.project_qkv = (lambda i: lambda x, params: pending.pop(i))(i)  # noqa: B023 (bound by the outer call)
             L.k_proj, L.v_proj = kv_proj(i, 0), kv_proj(i, 1)
         for state_layer in cache.recurrent_layers.values():
             state_layer.alloc(torch.device("cpu"))
@@ -135,7 +163,9 @@ def case(P: dict) -> dict:
         states = [cache.get_new_state() for _ in range(bsz)]
         floors = [0] * bsz
         zero = torch.zeros(HKV, D).half()
-        hist = [[([], []) for _ in range(bsz)] for _ in layers]  # per layer, per row: (keys, values) by position
+        hist = [
+            [([], []) for _ in range(bsz)] for _ in layers
+        ]  # per layer, per row: (keys, values) by position
         mismatches = [0] * len(layers)
         checked = [0] * len(layers)
         counts = {"prefill": 0, "big_prefill": 0, "round": 0, "rewind": 0, "stash": 0}
@@ -154,8 +184,11 @@ def case(P: dict) -> dict:
             """The real write-back, dflash_update_kv_from_target, at the rows' positions (default: their ends)"""
             pos = pos or [rs.position for rs in states]
             taps = [torch.randn(bsz, n, HIDDEN, generator=gen).half() for _ in range(2)]
-            params = {"block_table": None, "cache_seqlens": torch.tensor(pos, dtype=torch.int32),
-                      "recurrent_states": states}
+            params = {
+                "block_table": None,
+                "cache_seqlens": torch.tensor(pos, dtype=torch.int32),
+                "recurrent_states": states,
+            }
             projected.clear()
             model.update_kv_from_target(taps, cache, params, lengths)
             for i in range(len(layers)):
@@ -187,15 +220,19 @@ def case(P: dict) -> dict:
                         want = attend(q[b, r], [hk[j] for j in span], [hv[j] for j in span], L.sm_scale)
                         checked[i] += 1
                         mismatches[i] += int(not torch.equal(want, o[b, r]))
-            digests.append(hashlib.sha256(b"".join(o.contiguous().numpy().tobytes() for o in outs)).hexdigest()[:16])
+            digests.append(
+                hashlib.sha256(b"".join(o.contiguous().numpy().tobytes() for o in outs)).hexdigest()[:16]
+            )
             advance_recurrent_states(torch.zeros(bsz, n), {"recurrent_states": states}, model)
 
         try:
             update(None, rnd.randint(300, 700))
             counts["prefill"] += 1
             for _ in range(P.get("steps", 150)):
-                op = rnd.choices(["prefill", "big_prefill", "round", "rewind", "stash"], [2, 1 if P.get("big") else 0,
-                                                                                       12, 2, 1])[0]
+                op = rnd.choices(
+                    ["prefill", "big_prefill", "round", "rewind", "stash"],
+                    [2, 1 if P.get("big") else 0, 12, 2, 1],
+                )[0]
                 if op == "prefill":
                     update(None, rnd.randint(17, 300))
                 elif op == "big_prefill":

@@ -41,8 +41,13 @@ def case(P: dict) -> dict:
     def attend(x, bsz, seqlen, params, *args, **kwargs):
         share = params.get("dsa_mtp_share")
         found = None if share is None else share.get(m.layer_idx)
-        calls.append({"depth": params.get("draft_step", 0), "path": "dispatch",
-                      "anchor": None if found is None else [found[0][0, :3].tolist(), found[1]]})
+        calls.append(
+            {
+                "depth": params.get("draft_step", 0),
+                "path": "dispatch",
+                "anchor": None if found is None else [found[0][0, :3].tolist(), found[1]],
+            }
+        )
         return torch.zeros_like(x)
 
     m.bc_mla_step = bc_mla_step
@@ -52,9 +57,14 @@ def case(P: dict) -> dict:
     share = {} if P.get("share") else None
     ctx = P.get("context", 1000)
     for depth in range(P.get("depths", 3)):
-        params = {"cache": cache, "block_table": torch.zeros((1, 8), dtype=torch.int32),
-                  "cache_seqlens": torch.tensor([ctx + depth], dtype=torch.int32), "draft_step": depth,
-                  "causal": True, "_mla_host_seqlens": [ctx + depth]}
+        params = {
+            "cache": cache,
+            "block_table": torch.zeros((1, 8), dtype=torch.int32),
+            "cache_seqlens": torch.tensor([ctx + depth], dtype=torch.int32),
+            "draft_step": depth,
+            "causal": True,
+            "_mla_host_seqlens": [ctx + depth],
+        }
         if share is not None:
             params["dsa_mtp_share"] = share
         m.decode_flash_attn(torch.zeros((1, 1, 32)), 1, 1, params)

@@ -43,7 +43,9 @@ def case(payload: dict) -> dict:
         parser = argparse.ArgumentParser(exit_on_error=False)
         model_init.add_args(parser, add_draft_model_args=True)
         try:
-            args = parser.parse_args(["-m", str(target), "-dm", str(draft), "-cs", "8192", *payload.get("argv", [])])
+            args = parser.parse_args(
+                ["-m", str(target), "-dm", str(draft), "-cs", "8192", *payload.get("argv", [])]
+            )
         except (argparse.ArgumentError, SystemExit) as e:
             return {"error": f"argparse: {e}"}
         try:
@@ -52,9 +54,12 @@ def case(payload: dict) -> dict:
             )
         except ValueError as e:
             return {"error": str(e)}
-        return {"cache": describe(cache), "draft_cache": describe(draft_cache),
-                "draft_modules": [type(m).__name__ for m in draft_model.attn_modules],
-                "draft_cache_refs": len(draft_model.cache_weakrefs)}
+        return {
+            "cache": describe(cache),
+            "draft_cache": describe(draft_cache),
+            "draft_modules": [type(m).__name__ for m in draft_model.attn_modules],
+            "draft_cache_refs": len(draft_model.cache_weakrefs),
+        }
 
 
 if __name__ == "__main__":

@@ -67,10 +67,15 @@ def case(payload: dict) -> dict:
 
         def forward(self, input_ids, params):
             share = params.get("dsa_mtp_share")
-            seen.append({"step": params["draft_step"], "keys": sorted(params),
-                         "share": None if share is None else [id(share), len(share)]})
+            seen.append(
+                {
+                    "step": params["draft_step"],
+                    "keys": sorted(params),
+                    "share": None if share is None else [id(share), len(share)],
+                }
+            )
             if share is not None:
-                share.setdefault(0, params["draft_step"])   # what a depth-0 layer stores
+                share.setdefault(0, params["draft_step"])  # what a depth-0 layer stores
             return torch.zeros((input_ids.shape[0], 1, 8)) + input_ids.view(-1, 1, 1).float()
 
         def sample_from_state(self, state, params):
@@ -78,19 +83,33 @@ def case(payload: dict) -> dict:
 
     def job(i: int):
         pos = int(torch.randint(300, 3000, (1,), generator=g))
-        seq = SimpleNamespace(block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),
-                              kv_position=pos)
+        seq = SimpleNamespace(
+            block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),
+            kv_position=pos,
+        )
         anchor = int(torch.randint(0, 499, (1,), generator=g))
-        return SimpleNamespace(is_prefill_done=lambda: True, get_max_seq_len=lambda: pos + 1, sequences=[seq],
-                               time_first_token=1.0, get_input_ids_list=lambda: [torch.tensor([[anchor]])],
-                               mtp_last_hidden=torch.zeros((1, 1, 8)))
+        return SimpleNamespace(
+            is_prefill_done=lambda: True,
+            get_max_seq_len=lambda: pos + 1,
+            sequences=[seq],
+            time_first_token=1.0,
+            get_input_ids_list=lambda: [torch.tensor([[anchor]])],
+            mtp_last_hidden=torch.zeros((1, 1, 8)),
+        )
 
     _staging = staging_buffers(4)
 
     lm = SimpleNamespace(prepare_for_device=lambda x, params: x)
     fake = SimpleNamespace(
-        active_jobs=[job(i) for i in range(bsz)], _staging=_staging, draft_model=Head(), draft_cache="draft",
-        cache="cache", draft_calibrator=None, _sparse_flag=None, target_recurrent=False, hybrid_draft_tokens=0,
+        active_jobs=[job(i) for i in range(bsz)],
+        _staging=_staging,
+        draft_model=Head(),
+        draft_cache="draft",
+        cache="cache",
+        draft_calibrator=None,
+        _sparse_flag=None,
+        target_recurrent=False,
+        hybrid_draft_tokens=0,
         model=SimpleNamespace(modules=[SimpleNamespace(device=torch.device("cpu")), lm], logit_layer_idx=1),
         draft_input_ids_pinned=torch.zeros((8, 1), dtype=torch.long),
         draft_ids_pinned=torch.zeros((8, 16), dtype=torch.long),
@@ -100,9 +119,11 @@ def case(payload: dict) -> dict:
         out = gen_mod.Generator.iterate_draftmodel_mtp_gen(fake, [], window)
         drafts.append(out[:bsz].tolist())
     shares = [s["share"] for s in seen]
-    per_round = [shares[i:i + window] for i in range(0, len(shares), window)]
+    per_round = [shares[i : i + window] for i in range(0, len(shares), window)]
     # per round: [distinct share dicts across its depths, entries each depth found on arrival]
-    share_per_round = [None if r[0] is None else [len({x[0] for x in r}), [x[1] for x in r]] for r in per_round]
+    share_per_round = [
+        None if r[0] is None else [len({x[0] for x in r}), [x[1] for x in r]] for r in per_round
+    ]
     return {
         "drafts": drafts,
         "steps": [s["step"] for s in seen],

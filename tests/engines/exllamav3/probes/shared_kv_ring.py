@@ -37,8 +37,22 @@ def attend(q, keys, values, scale):
     return torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), v).half()
 
 
-def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None, window_size=(-1, -1),
-               softcap=0.0, sinks=None, max_kv_len=None, **_):
+def ref_decode(
+    q,
+    k,
+    v,
+    k_pages,
+    v_pages,
+    bt,
+    cache_seqlens,
+    causal=True,
+    softmax_scale=None,
+    window_size=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    max_kv_len=None,
+    **_,
+):
     """Reference for paged_attn_triton_decode (causal): append k/v (when given) at cache_seqlens through bt, then
     each query row attends over the keys up to its own position, window_size[0] back."""
     import torch
@@ -90,8 +104,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         # the target's sliding-window layer: a SlidingAttention with a window ring (built from a one-layer model)
-        directory = tiny_dflash2(Path(tmp) / "t", layers=1, layer_types=["sliding_attention"],
-                                 window=P.get("window", 256), hidden=HIDDEN, kv_heads=HKV, head_dim=D)
+        directory = tiny_dflash2(
+            Path(tmp) / "t",
+            layers=1,
+            layer_types=["sliding_attention"],
+            window=P.get("window", 256),
+            hidden=HIDDEN,
+            kv_heads=HKV,
+            head_dim=D,
+        )
         config = Config.from_directory(str(directory))
         config.is_causal = True
         model = Model.from_config(config)
@@ -106,7 +127,9 @@ def main() -> None:
         states = [cache.get_new_state() for _ in range(bsz)]
         sw = target.sliding_window
 
-        drafter = SharedKVAttention(None, "layers.0.self_attn", 0, HIDDEN, D, HQ, HKV, None, sliding_window=sw)
+        drafter = SharedKVAttention(
+            None, "layers.0.self_attn", 0, HIDDEN, D, HQ, HKV, None, sliding_window=sw
+        )
         drafter.attach_source("ring", 0, target)
         drafter.device = torch.device("cpu")
         drafter.q_proj = SimpleNamespace(forward=lambda x, params, out_dtype=None: x.half())
@@ -125,7 +148,9 @@ def main() -> None:
             v = torch.randn(bsz, n, HKV, D, generator=gen).half()
             pending.append((q, k, v, None))
             before = [rs.window_beg for rs in states]
-            target.decode_flash_attn(torch.zeros(bsz, n, HIDDEN), bsz, n, {"recurrent_states": states, "causal": True})
+            target.decode_flash_attn(
+                torch.zeros(bsz, n, HIDDEN), bsz, n, {"recurrent_states": states, "causal": True}
+            )
             for b in range(bsz):
                 hist_k[b] += list(k[b])
                 hist_v[b] += list(v[b])
@@ -138,16 +163,30 @@ def main() -> None:
             for b, rs in enumerate(states):
                 qpos = rs.position - 1
                 span = range(max(0, qpos - sw), qpos + 1)
-                want = attend(x[b, 0].view(HQ, D), [hist_k[b][j] for j in span], [hist_v[b][j] for j in span],
-                              drafter.sm_scale)
+                want = attend(
+                    x[b, 0].view(HQ, D),
+                    [hist_k[b][j] for j in span],
+                    [hist_v[b][j] for j in span],
+                    drafter.sm_scale,
+                )
                 checked += 1
                 if not torch.equal(want, o[b, 0]):
                     mismatches += 1
                     if len(examples) < 3:
-                        examples.append({"position": rs.position, "window_beg": rs.window_beg, "wshift": rs.wshift})
-        emit({"ring": bool(getattr(target, "ring", False)), "kv_state_size": target.kv_state_size,
-              "checked": checked, "mismatches": mismatches, "shifts": shifts, "examples": examples,
-              "final_positions": [rs.position for rs in states]})
+                        examples.append(
+                            {"position": rs.position, "window_beg": rs.window_beg, "wshift": rs.wshift}
+                        )
+        emit(
+            {
+                "ring": bool(getattr(target, "ring", False)),
+                "kv_state_size": target.kv_state_size,
+                "checked": checked,
+                "mismatches": mismatches,
+                "shifts": shifts,
+                "examples": examples,
+                "final_positions": [rs.position for rs in states],
+            }
+        )
 
 
 if __name__ == "__main__":

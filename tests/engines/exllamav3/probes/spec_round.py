@@ -65,6 +65,7 @@ def _loaded_embedding(model, payload: dict, dev, device) -> object:
     model.modules = [emb]
     if payload.get("embed_on_device"):
         from exllamav3 import model_init
+
         model_init.embed_on_device(model)
     emb.load(torch.device("cpu") if emb.caps.get("prefer_cpu") else torch.device(device))
     return emb
@@ -79,8 +80,9 @@ def case(payload: dict) -> dict:
     from exllamav3.modules.embedding import Embedding
 
     standin = ext_mod.exllamav3_ext
-    cuda = payload.get("device") == "cuda"     # device script: real CUDA tensors and kernels, wall time only
+    cuda = payload.get("device") == "cuda"  # device script: real CUDA tensors and kernels, wall time only
     if cuda:
+
         def dev(t: torch.Tensor) -> torch.Tensor:
             return t.to("cuda")
 
@@ -100,6 +102,7 @@ def case(payload: dict) -> dict:
 
         def to_device(t: torch.Tensor) -> torch.Tensor:
             return dev(t) if not t.is_cuda else t
+
         install_cuda_mocks()
         install_sampling_references(standin)
         standin.calls.clear()
@@ -147,7 +150,9 @@ def case(payload: dict) -> dict:
         if kind in ("temp", "fused-temp"):
             return custom.CustomSampler([custom.SS_Temperature(0.7), custom.SS_Sample()])
         if kind == "fused-minp":
-            return custom.CustomSampler([custom.SS_MinP(0.05), custom.SS_Temperature(0.9), custom.SS_Sample()])
+            return custom.CustomSampler(
+                [custom.SS_MinP(0.05), custom.SS_Temperature(0.9), custom.SS_Sample()]
+            )
         raise ValueError(kind)
 
     # jobs
@@ -162,7 +167,7 @@ def case(payload: dict) -> dict:
     class FakeJob:
         get_input_ids_list = Job.get_input_ids_list
         receive_logits = Job.receive_logits
-        receive_logits_rows = getattr(Job, "receive_logits_rows", None)   # patched wheel only
+        receive_logits_rows = getattr(Job, "receive_logits_rows", None)  # patched wheel only
         is_prefill_done = Job.is_prefill_done
         get_max_seq_len = Job.get_max_seq_len
 
@@ -181,7 +186,7 @@ def case(payload: dict) -> dict:
             for p, page in enumerate(seq.allocated_pages):
                 n = max(0, min(PAGE, plen - 1 - p * PAGE))
                 page.kv_position = n
-                page.sequence[0, :n] = prompt[0, p * PAGE:p * PAGE + n]
+                page.sequence[0, :n] = prompt[0, p * PAGE : p * PAGE + n]
             seq.build_block_index_tensor()
             self.sequences = [seq]
             self.time_first_token = 1.0
@@ -226,8 +231,15 @@ def case(payload: dict) -> dict:
             self.out.append(tok)
             eos = self.new_tokens >= self.max_new_tokens
             if eos:
-                results.append({"job": self, "stage": "streaming", "eos": True, "token": tok,
-                                "rejected_draft_tokens": self.rejected_draft_tokens})
+                results.append(
+                    {
+                        "job": self,
+                        "stage": "streaming",
+                        "eos": True,
+                        "token": tok,
+                        "rejected_draft_tokens": self.rejected_draft_tokens,
+                    }
+                )
                 return True, next_token, False
             results.append({"job": self, "stage": "streaming", "eos": eos, "token": tok})
             return eos, next_token, False
@@ -257,7 +269,9 @@ def case(payload: dict) -> dict:
         def __init__(self) -> None:
             self.logit_layer_idx = 0
             if embed_mode == "loader":
-                self.modules = [_loaded_embedding(self, payload, dev, "cuda:0" if cuda else torch.device("cpu", 0))]
+                self.modules = [
+                    _loaded_embedding(self, payload, dev, "cuda:0" if cuda else torch.device("cpu", 0))
+                ]
                 return
             emb = Embedding.__new__(Embedding)
             weight = torch.zeros((VOCAB, 4))
@@ -276,16 +290,16 @@ def case(payload: dict) -> dict:
                 emb = self.modules[0]
                 x = emb.forward(emb.prepare_for_device(input_ids, params), params)
                 if not x.is_cuda:
-                    x = upload(x)                    # the first device layer's upload of the hidden state
+                    x = upload(x)  # the first device layer's upload of the hidden state
                 ids = x[..., 0].long()
             else:
                 if on_device and embed_mode == "host":
-                    input_ids = input_ids.to("cpu")      # a host-resident table gathers on the host
+                    input_ids = input_ids.to("cpu")  # a host-resident table gathers on the host
                 ids = to_device(input_ids).long()
             seqlens = to_device(params["cache_seqlens"]).long()
             pos = seqlens.view(-1, 1) + to_device(torch.arange(ids.shape[1])).view(1, -1)
             logits = _truth(table_dev, ids, pos).clone()
-            for _ in range(payload.get("work", 0)):    # device script: a forward's worth of GPU time
+            for _ in range(payload.get("work", 0)):  # device script: a forward's worth of GPU time
                 logits = logits + (logits @ work_matrix)[..., :VOCAB] * 0.0
             return logits
 
@@ -337,8 +351,9 @@ def case(payload: dict) -> dict:
     def _staging(name, rows, width=None, dtype=torch.int32):
         key = (name, width)
         if key not in staging or staging[key].shape[0] < rows:
-            staging[key] = pinned(torch.zeros((max(rows, 32),) if width is None else (max(rows, 32), width),
-                                              dtype=dtype))
+            staging[key] = pinned(
+                torch.zeros((max(rows, 32),) if width is None else (max(rows, 32), width), dtype=dtype)
+            )
         return staging[key][:rows]
 
     arenas: dict = {}
@@ -352,7 +367,7 @@ def case(payload: dict) -> dict:
 
     def stage_decode(arena, width, seq_bi, seq_kvp, seq_rope, batch_ids, dec_ids, dec_pages, dec_offsets):
         rows = len(seq_bi)
-        bi = arena[:rows * width].view(rows, width)
+        bi = arena[: rows * width].view(rows, width)
         bi.zero_()
         for r, (t, k) in enumerate(zip(seq_bi, seq_kvp)):
             n = min(width, t.shape[-1])
@@ -368,16 +383,31 @@ def case(payload: dict) -> dict:
         standin.REFERENCES["generator_stage_decode"] = stage_decode
 
     fake = SimpleNamespace(
-        active_jobs=list(jobs), model=FakeModel(), cache="cache", draft_model=DFlashLike(),
+        active_jobs=list(jobs),
+        model=FakeModel(),
+        cache="cache",
+        draft_model=DFlashLike(),
         draft_cache=rings.cache if rings is not None else "draft",
-        draft_recurrent=rings is not None, draft_calibrator=None, _sparse_flag=None, sparse_head=None, hybrid_draft_tokens=0,
+        draft_recurrent=rings is not None,
+        draft_calibrator=None,
+        _sparse_flag=None,
+        sparse_head=None,
+        hybrid_draft_tokens=0,
         draft_input_ids_pinned=pinned(torch.zeros((32, 1), dtype=torch.long)),
         draft_ids_pinned=pinned(torch.zeros((32, 16), dtype=torch.long)),
-        _staging=_staging, _stage_arena=_stage_arena, _upload_arena=lambda *a: None, target_recurrent=False,
-        filter_pool=None, record_draft_stats=False, dflash_draft=True, mtp_draft=False, recurrent_cache=None,
+        _staging=_staging,
+        _stage_arena=_stage_arena,
+        _upload_arena=lambda *a: None,
+        target_recurrent=False,
+        filter_pool=None,
+        record_draft_stats=False,
+        dflash_draft=True,
+        mtp_draft=False,
+        recurrent_cache=None,
         sample_pinned=pinned(torch.zeros((32, 1), dtype=torch.long)),
         draft_sample_pinned=pinned(torch.zeros((1, 16), dtype=torch.long)),
-        pending_jobs=[], _draft_conf_round=None,
+        pending_jobs=[],
+        _draft_conf_round=None,
     )
     fake.num_remaining_jobs = lambda: len(fake.active_jobs)
     fake.on_queue_drained = lambda: None
@@ -397,8 +427,13 @@ def case(payload: dict) -> dict:
             drafts = gen_mod.Generator.iterate_draftmodel_dflash_gen(fake, results, K)
         else:
             live = [j for j in jobs if j in fake.active_jobs]
-            drafts = torch.tensor([chain(int(j.sequences[0].sequence_ids.torch()[0, -1]),
-                                         j.sequences[0].kv_position) for j in live], dtype=torch.long)
+            drafts = torch.tensor(
+                [
+                    chain(int(j.sequences[0].sequence_ids.torch()[0, -1]), j.sequences[0].kv_position)
+                    for j in live
+                ],
+                dtype=torch.long,
+            )
         acc_before = [j.accepted_draft_tokens for j in jobs]
         gen_mod.Generator.iterate_gen(fake, results, drafts)
         sampler_calls = sum((standin.calls - calls_before).values())
@@ -408,11 +443,15 @@ def case(payload: dict) -> dict:
     if cuda:
         torch.cuda.synchronize()
     rounds_s = time.perf_counter() - t_rounds
-    pages = [[[p.kv_position, p.sequence[0, :p.kv_position].tolist()] for p in j.sequences[0].allocated_pages]
-             for j in jobs]
+    pages = [
+        [[p.kv_position, p.sequence[0, : p.kv_position].tolist()] for p in j.sequences[0].allocated_pages]
+        for j in jobs
+    ]
     return {
         "tokens": [j.out for j in jobs],
-        "results": [[r["job"].identifier, r["token"], r["eos"], r.get("rejected_draft_tokens")] for r in results],
+        "results": [
+            [r["job"].identifier, r["token"], r["eos"], r.get("rejected_draft_tokens")] for r in results
+        ],
         "accepted": accepted,
         "rejected": [j.rejected_draft_tokens for j in jobs],
         "pages": pages,
@@ -446,8 +485,16 @@ class _RingLayers:
 
         self.block = block
         self._tmp = tempfile.TemporaryDirectory()
-        directory = tiny_dflash2(Path(self._tmp.name) / "d", layers=3, layer_types=["sliding_attention"] * 3,
-                                 window=256, hidden=64, kv_heads=2, head_dim=16, block=block)
+        directory = tiny_dflash2(
+            Path(self._tmp.name) / "d",
+            layers=3,
+            layer_types=["sliding_attention"] * 3,
+            window=256,
+            hidden=64,
+            kv_heads=2,
+            head_dim=16,
+            block=block,
+        )
         self.model = Model.from_config(Config.from_directory(str(directory)))
         bsz = payload.get("bsz", 2)
         self.cache = Cache(self.model, max_num_tokens=256, max_batch_size=bsz)
@@ -462,8 +509,9 @@ class _RingLayers:
                 if isinstance(t, torch.Tensor):
                     setattr(state_layer, name, dev(t))
         self.dev = dev
-        self.states = [self.cache.get_new_state() for _ in range(bsz)]   # the jobs' draft states
+        self.states = [self.cache.get_new_state() for _ in range(bsz)]  # the jobs' draft states
         import inspect
+
         self.share = "params" in inspect.signature(self.layers[0]._decode_state_prep).parameters
 
     def _rows(self, like: torch.Tensor, n: int) -> torch.Tensor:
@@ -472,7 +520,7 @@ class _RingLayers:
     def forward(self, input_ids, params) -> None:
         from exllamav3.cache.recurrent_util import advance_recurrent_states
 
-        seqlen = self.block                  # the block: anchor + mask rows (DFlashInputLayer builds it from the anchor)
+        seqlen = self.block  # the block: anchor + mask rows (DFlashInputLayer builds it from the anchor)
         states = params["recurrent_states"]
         for layer in self.layers:
             k, v = self.cache.get_recurrent_layer((layer.layer_idx, 0)).get_state_tensors()
@@ -485,15 +533,17 @@ class _RingLayers:
             rows = self._rows(k, flat.shape[0])
             k.view(-1, *k.shape[2:]).index_copy_(0, flat, rows)
             v.view(-1, *v.shape[2:]).index_copy_(0, flat, rows)
-        advance_recurrent_states(input_ids, params, self.model)    # as Model.forward: by the anchor's one row
+        advance_recurrent_states(input_ids, params, self.model)  # as Model.forward: by the anchor's one row
 
     def write_back(self, lengths: list[int], params: dict) -> None:
         # as dflash_update_kv_from_target: one plan from the first ring layer at the verify's positions
         states = params["recurrent_states"]
         layer0 = self.layers[0]
         plan = layer0.plan_state_rows(states, params["cache_seqlens"].tolist(), lengths, self.block)
-        k_rows = self._rows(self.cache.get_recurrent_layer((layer0.layer_idx, 0)).get_state_tensors()[0],
-                            len(lengths) * self.block).view(len(lengths), self.block, -1, 16)
+        k_rows = self._rows(
+            self.cache.get_recurrent_layer((layer0.layer_idx, 0)).get_state_tensors()[0],
+            len(lengths) * self.block,
+        ).view(len(lengths), self.block, -1, 16)
         for layer in self.layers:
             layer.write_state_rows(states, plan, k_rows, k_rows)
         layer0.commit_state_rows(states, plan)
@@ -501,8 +551,10 @@ class _RingLayers:
 
 def _table_placement(emb) -> dict:
     weight = getattr(emb.embedding, "weight", None)
-    return {"is_cuda": bool(weight is not None and weight.is_cuda), "caps": {k: emb.caps.get(k) for k in
-                                                                           ("prefer_cpu", "x_cpu")}}
+    return {
+        "is_cuda": bool(weight is not None and weight.is_cuda),
+        "caps": {k: emb.caps.get(k) for k in ("prefer_cpu", "x_cpu")},
+    }
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ PAYLOAD = read_payload()
 if PAYLOAD.get("ring"):
     os.environ["EXL3_OVL_SWA_RING"] = "1"
 if PAYLOAD.get("static"):
-    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"   # persistent ring step tables (patched)
+    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"  # persistent ring step tables (patched)
 REAL_CODEC = PAYLOAD.get("codec") == "real"
 if REAL_CODEC:
     import _qcache_real
@@ -47,7 +47,9 @@ HQ, HKV = 4, 2
 D = int(PAYLOAD.get("head_dim", 16))
 
 
-def attend(q_rows: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], scale: float) -> torch.Tensor:
+def attend(
+    q_rows: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], scale: float
+) -> torch.Tensor:
     """One query position (HQ, D) over its visible key rows, fp32 math, fp16 out."""
     k = torch.stack(keys).float()  # (n, HKV, D)
     v = torch.stack(values).float()
@@ -67,8 +69,24 @@ def page_row(k_pages: torch.Tensor, bt_row: torch.Tensor, logical: int) -> tuple
     return int(bt_row[logical // PAGE]), logical % PAGE
 
 
-def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None, window_size=(-1, -1),
-               softcap=0.0, sinks=None, max_kv_len=None, qc=None, pre_appended_len=0, n_kv_heads_override=None):
+def ref_decode(
+    q,
+    k,
+    v,
+    k_pages,
+    v_pages,
+    bt,
+    cache_seqlens,
+    causal=True,
+    softmax_scale=None,
+    window_size=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    max_kv_len=None,
+    qc=None,
+    pre_appended_len=0,
+    n_kv_heads_override=None,
+):
     """Reference for paged_attn_triton_decode: append k/v at cache_seqlens through bt, attend over the pages.
     With qc (packed quantized pages), the step's rows are already in the cache (pre_appended_len)."""
     bsz, qlen = q.shape[:2]
@@ -90,6 +108,7 @@ def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softma
         else:
             sk, sv, kb, vb = qc
             if REAL_CODEC:
+
                 def dequant_rows(w, s, bits):
                     return _qcache_real.dequant_rows(w, s, bits, HKV)
             else:
@@ -98,13 +117,31 @@ def ref_decode(q, k, v, k_pages, v_pages, bt, cache_seqlens, causal=True, softma
             all_v = dequant_rows(v_pages[pages, rows], sv[pages, rows], vb).view(end, HKV, D)
         for r in range(qlen):
             span = visible(base + r, end, (left, right))
-            out[b, r] = attend(q[b, r], list(all_k[span.start:span.stop]), list(all_v[span.start:span.stop]),
-                               softmax_scale)
+            out[b, r] = attend(
+                q[b, r],
+                list(all_k[span.start : span.stop]),
+                list(all_v[span.start : span.stop]),
+                softmax_scale,
+            )
     return out
 
 
-def ref_prefill(q, k_cache, v_cache, k_pages, v_pages, bt, cache_seqlens, causal=True, softmax_scale=None,
-                window_size=(-1, -1), softcap=0.0, sinks=None, k_new=None, v_new=None):
+def ref_prefill(
+    q,
+    k_cache,
+    v_cache,
+    k_pages,
+    v_pages,
+    bt,
+    cache_seqlens,
+    causal=True,
+    softmax_scale=None,
+    window_size=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    k_new=None,
+    v_new=None,
+):
     """Reference for paged_attn_triton_prefill: keys = cache rows [0, seqlen) through bt, then k_new."""
     bsz, qlen = q.shape[:2]
     out = torch.empty_like(q)
@@ -152,8 +189,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         types = ["sliding_attention"]
-        directory = tiny_dflash2(Path(tmp) / "d", layers=1, layer_types=types, window=window + 1, hidden=4 * D,
-                                 kv_heads=HKV, head_dim=D)
+        directory = tiny_dflash2(
+            Path(tmp) / "d",
+            layers=1,
+            layer_types=types,
+            window=window + 1,
+            hidden=4 * D,
+            kv_heads=HKV,
+            head_dim=D,
+        )
         config = Config.from_directory(str(directory))
         config.is_causal = causal
         model = Model.from_config(config)
@@ -194,9 +238,14 @@ def main() -> None:
                 del oracle_kq[b][p0:], oracle_vq[b][p0:]
                 oracle_kq[b] += stored(k_rows, PAYLOAD["quant"][0])
                 oracle_vq[b] += stored(v_rows, PAYLOAD["quant"][1])
+
         pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         layer.project_qkv = lambda x, params: pending.pop()
-        digests, mismatches, counts = [], 0, {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0}
+        digests, mismatches, counts = (
+            [],
+            0,
+            {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0},
+        )
         clones = 0
         max_abs = 0.0
         real_clone = torch.Tensor.clone
@@ -235,9 +284,15 @@ def main() -> None:
                         raw = n > 16
                         kq = [oracle_k[b][j] if raw and j >= p0 else oracle_kq[b][j] for j in span]
                         vq = [oracle_v[b][j] if raw and j >= p0 else oracle_vq[b][j] for j in span]
-                        quant_mismatches += int(not torch.equal(attend(q[b, r], kq, vq, layer.sm_scale), o[b, r]))
-                    want = attend(q[b, r], [oracle_k[b][j] for j in span], [oracle_v[b][j] for j in span],
-                                  layer.sm_scale)
+                        quant_mismatches += int(
+                            not torch.equal(attend(q[b, r], kq, vq, layer.sm_scale), o[b, r])
+                        )
+                    want = attend(
+                        q[b, r],
+                        [oracle_k[b][j] for j in span],
+                        [oracle_v[b][j] for j in span],
+                        layer.sm_scale,
+                    )
                     mismatches += int(not torch.equal(want, o[b, r]))
                     max_abs = max(max_abs, float((want.float() - o[b, r].float()).abs().max()))
             digests.append(hashlib.sha256(o.contiguous().numpy().tobytes()).hexdigest()[:16])
@@ -294,20 +349,22 @@ def main() -> None:
             words, scales = _qcache_ref.quant_rows(x, bits)
             back = _qcache_real.dequant_rows(words, scales, bits, HKV).float()
             codec_check["authors_codec_rel_l2"] = float((back - x.float()).norm() / x.float().norm())
-        emit({
-            "digests": digests,
-            "oracle_mismatches": mismatches,
-            "max_abs_vs_oracle": max_abs,
-            "counts": counts,
-            "clones": clones,
-            "final_positions": [rs.position for rs in states],
-            "kv_state_size": S,
-            "ring": bool(getattr(layer, "ring", False)),
-            "state": type(rsl).__name__,
-            "state_bytes": int(rsl.storage_size()),
-            "codec_check": codec_check,
-            "quant_oracle_mismatches": quant_mismatches if quant_oracle else None,
-        })
+        emit(
+            {
+                "digests": digests,
+                "oracle_mismatches": mismatches,
+                "max_abs_vs_oracle": max_abs,
+                "counts": counts,
+                "clones": clones,
+                "final_positions": [rs.position for rs in states],
+                "kv_state_size": S,
+                "ring": bool(getattr(layer, "ring", False)),
+                "state": type(rsl).__name__,
+                "state_bytes": int(rsl.storage_size()),
+                "codec_check": codec_check,
+                "quant_oracle_mismatches": quant_mismatches if quant_oracle else None,
+            }
+        )
 
 
 if __name__ == "__main__":

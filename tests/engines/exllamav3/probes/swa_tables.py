@@ -17,7 +17,7 @@ PAYLOAD = read_payload()
 if PAYLOAD.get("ring"):
     os.environ["EXL3_OVL_SWA_RING"] = "1"
 if PAYLOAD.get("static"):
-    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"   # persistent ring step tables (patched)
+    os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"  # persistent ring step tables (patched)
 
 
 def main() -> None:
@@ -41,8 +41,15 @@ def main() -> None:
     sliding_attn.host_to_device = counting_h2d
     rnd = random.Random(PAYLOAD["seed"])
     with tempfile.TemporaryDirectory() as tmp:
-        directory = tiny_dflash2(Path(tmp) / "d", layers=3, layer_types=["sliding_attention"] * 3, window=256,
-                                 hidden=64, kv_heads=2, head_dim=16)
+        directory = tiny_dflash2(
+            Path(tmp) / "d",
+            layers=3,
+            layer_types=["sliding_attention"] * 3,
+            window=256,
+            hidden=64,
+            kv_heads=2,
+            head_dim=16,
+        )
         model = Model.from_config(Config.from_directory(str(directory)))
         cache = Cache(model, max_num_tokens=256, max_batch_size=2)
         for layer in model.attn_modules:
@@ -63,9 +70,14 @@ def main() -> None:
                 else:
                     bt, seqlens = layer._decode_state_prep(states, k_states, v_states, n)
                 per_layer.append([bt.tolist(), seqlens.tolist()])
-            steps.append({"seqlens": per_layer[0][1], "tables": per_layer[0][0],
-                          "same_across_layers": all(x == per_layer[0] for x in per_layer),
-                          "wshift": [rs.wshift for rs in states]})
+            steps.append(
+                {
+                    "seqlens": per_layer[0][1],
+                    "tables": per_layer[0][0],
+                    "same_across_layers": all(x == per_layer[0] for x in per_layer),
+                    "wshift": [rs.wshift for rs in states],
+                }
+            )
             advance_recurrent_states(torch.zeros(2, n), {"recurrent_states": states}, model)
         emit({"steps": steps, "uploads": uploads, "num_steps": len(steps)})
 

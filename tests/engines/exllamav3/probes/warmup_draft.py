@@ -43,21 +43,37 @@ def case(payload: dict) -> dict:
             self.kwargs = kwargs
             self.jobs: list = []
             self.num_draft_tokens = kwargs.get("num_draft_tokens") or kwargs["draft_model"].caps.get(
-                "default_draft_size", 4)
+                "default_draft_size", 4
+            )
             self.iterations = 0
-            events.append(["generator", {
-                "model": type(kwargs["model"]).__name__,
-                "draft_model": type(kwargs["draft_model"]).__name__,
-                "cache_is_target": kwargs["cache"] is not None and kwargs["cache"].model is kwargs["model"],
-                "draft_cache_is_draft": kwargs["draft_cache"] is not None
-                and kwargs["draft_cache"].model is kwargs["draft_model"],
-                "recurrent_cache_size": kwargs.get("recurrent_cache_size"),
-            }])
+            events.append(
+                [
+                    "generator",
+                    {
+                        "model": type(kwargs["model"]).__name__,
+                        "draft_model": type(kwargs["draft_model"]).__name__,
+                        "cache_is_target": kwargs["cache"] is not None
+                        and kwargs["cache"].model is kwargs["model"],
+                        "draft_cache_is_draft": kwargs["draft_cache"] is not None
+                        and kwargs["draft_cache"].model is kwargs["draft_model"],
+                        "recurrent_cache_size": kwargs.get("recurrent_cache_size"),
+                    },
+                ]
+            )
 
         def enqueue(self, job):
             self.jobs.append(job)
-            events.append(["enqueue", {"prompt": job.prompt, "max_new_tokens": job.max_new_tokens,
-                                       "sampler": job.sampler, "in_vocab": job.ids_in_vocab}])
+            events.append(
+                [
+                    "enqueue",
+                    {
+                        "prompt": job.prompt,
+                        "max_new_tokens": job.max_new_tokens,
+                        "sampler": job.sampler,
+                        "in_vocab": job.ids_in_vocab,
+                    },
+                ]
+            )
 
         def num_remaining_jobs(self):
             return sum(1 for j in self.jobs if j.left > 0)
@@ -89,8 +105,9 @@ def case(payload: dict) -> dict:
         except (argparse.ArgumentError, SystemExit) as e:
             return {"error": f"argparse: {e}"}
         try:
-            result = model_init.init(args, load_tokenizer=payload.get("tokenizer", True), quiet=True,
-                                     progress=False)
+            result = model_init.init(
+                args, load_tokenizer=payload.get("tokenizer", True), quiet=True, progress=False
+            )
         except ValueError as e:
             return {"error": str(e), "events": events}
         events.append(["returned", len(result)])
