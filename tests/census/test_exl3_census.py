@@ -85,9 +85,9 @@ def test_variants_are_a_ring_and_a_paged_drafter() -> None:
 
     variants = ExLlamaV3Adapter().census_variants(
         root=REPO,
-        arm=None,
+        arm=None,  # type: ignore[arg-type]
         models=None,
-        explicit=False,  # type: ignore[arg-type]
+        explicit=False,
         reporter=NullReporter(),
     )
     assert [dict(v.extra)["drafter_layers"] for v in variants] == ["ring", "paged"]

@@ -168,9 +168,9 @@ def test_the_report_says_when_the_mechanism_gate_is_off(
         report,
         gates,
         root=tmp_path,
-        adapter=_NoCensus(),
+        adapter=_NoCensus(),  # type: ignore[arg-type]
         stock=arm,
-        patched=arm,  # type: ignore[arg-type]
+        patched=arm,
         patches=series,
         models=None,
         options=CheckOptions(engine="demo", gate_mechanism=gate),
