@@ -11,6 +11,6 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthre
 fi
 python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e '.[check]'  # check needs the [check] extra
-wheel=$(.venv/bin/overlay -q apply mlx-lm)
+wheel=$(.venv/bin/overlay -q apply mlx-lm | tail -n 1)  # one path per pinned artifact, the primary last
 .venv/bin/overlay provenance "$wheel"
 exec .venv/bin/overlay check mlx-lm "$@"
