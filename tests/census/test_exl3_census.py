@@ -95,7 +95,7 @@ def test_variants_are_a_ring_and_a_paged_drafter() -> None:
 
 def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
     """The real Embedding placed by the loader's rule: host table, so 0014 alone keeps the waits; with
-    --embed_on_device (0020) a round (draft + verify) has one host sync."""
+    --embed_on_device (0017) a round (draft + verify) has one host sync."""
     flag = {"EXL3_OVL_ROUND_SYNC": "1"}
     on = {"options": {"--embed_on_device": None}}
 

@@ -276,7 +276,7 @@ def test_mtp_index_share(arms):
 
 
 def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms):
-    """0019: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
+    """0020: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
     depth) and its selection reaches the later depths, which take the dispatch path; without the share dict every
     depth is graphed, as in stock."""
     (stock,) = run_cases(arms.stock, "mla_bc_depth.py", [{"share": True}])
