@@ -98,6 +98,7 @@ def test_check_mlx_lm_passes_on_the_shipped_series(cli: Cli) -> None:
     assert (REPO / "build" / "reports" / "mlx-lm-check.png").stat().st_size > 10_000
 
 
+@pytest.mark.long  # a second full check (about a minute on 2 cores): scripts/test_long.sh
 def test_per_patch_attributes_a_numerics_change_and_exits_4(tmp_path: Path, cli: Cli) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "overlays", root / "overlays")

@@ -107,7 +107,14 @@ class _Launches:
     excluded; ``verify_tree_greedy_func`` is one kernel on CUDA, so its call counts once and what the CPU stand-in
     does inside is not counted). ``ops``: the op names in order."""
 
-    _NO_KERNEL = {  # noqa: RUF012 (a constant table)"detach", "lift_fresh", "alias", "empty", "empty_strided", "empty_like", "new_empty",
+    _NO_KERNEL = {  # noqa: RUF012 (a constant table)
+        "detach",
+        "lift_fresh",
+        "alias",
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "new_empty",
         "_local_scalar_dense",
         "set_",
         "resize_",
