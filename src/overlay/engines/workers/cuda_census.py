@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from census_sites import relative
+
 COUNTED = (
     "host-syncs",
     "h2d-copies",
@@ -76,17 +78,6 @@ def _skipped(path: str, torch_dir: str) -> bool:
         or path in (contextlib.__file__, warnings.__file__)
         or "/torch/" in path.replace(os.sep, "/")
     )
-
-
-def relative(path: str) -> str:
-    marker = "site-packages" + os.sep
-    if marker in path:
-        return path.rsplit(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def call_site(torch_dir: str | None = None) -> str:

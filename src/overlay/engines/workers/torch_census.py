@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from census_sites import relative as _relative
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
@@ -184,17 +185,6 @@ def call_site() -> str:
             return f"{_relative(name)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "?:0"
-
-
-def _relative(path: str) -> str:
-    marker = "site-packages" + os.sep
-    if marker in path:
-        return path.rsplit(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 @dataclass
