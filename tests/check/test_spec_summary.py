@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from overlay.check.run import spec_summary
+from overlay.check.measures import spec_summary
 
 # Two prompts, k = 3: cycles accept 3, 1, 0 drafts (+ one target token each); the engine saw the last cycle of the
 # second prompt draft only 2 tokens (max_tokens reached), which the flag estimate cannot know.

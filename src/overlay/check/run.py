@@ -25,17 +25,10 @@ from overlay.check.adapter import EngineAdapter, Models
 from overlay.check.artifacts import given_wheel, patches_of
 from overlay.check.envs import Arm, arm_env
 from overlay.check.flags import FlagChoice, choose
-from overlay.check.gates import check_speed_gate, finish, gates_for, reports_dir, speed_gate
+from overlay.check.gates import check_speed_gate, finish, gates_for, speed_gate
 from overlay.check.host import backend_versions, host_facts, requirement_names
-from overlay.check.inputs import (
-    PromptSpec,
-    load_corpus,
-    load_prompts,
-    never_right_draft,
-    prompt_set,
-    teacher_sequences,
-)
-from overlay.check.measures import compare_greedy, logit_agreement, spec_summary, speed_block, speed_runs
+from overlay.check.inputs import PromptSpec, load_corpus, load_prompts, prompt_set, teacher_sequences
+from overlay.check.measures import compare_greedy, logit_agreement, speed_block, speed_runs
 from overlay.check.options import CLASS_ORDER, REPORT_VERSION, CheckOptions, series_class
 from overlay.check.steps import mechanism_step, per_patch, spec_protocol
 from overlay.check.surface import compare, wheel_surface
@@ -51,22 +44,6 @@ from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 from overlay.schemas.documents import WorkerRequest
 
-__all__ = [
-    "CLASS_ORDER",
-    "REPORT_VERSION",
-    "CheckOptions",
-    "compare_greedy",
-    "logit_agreement",
-    "never_right_draft",
-    "prompt_set",
-    "reports_dir",
-    "run_check",
-    "series_class",
-    "spec_summary",
-    "speed_block",
-    "speed_runs",
-    "teacher_sequences",
-]
 _NONE = ("greedy", "logits", "speculative", "speed", "noise_floor", "sampling")
 
 

@@ -148,7 +148,8 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.core.extras import require_extra
 
     require_extra("check", command="check")  # before overlay.check imports numpy
-    from overlay.check.run import CheckOptions, run_check
+    from overlay.check.options import CheckOptions
+    from overlay.check.run import run_check
     from overlay.core.manifest import load_engine
     from overlay.engines import get_adapter
     from overlay.errors import CheckFailed, UsageError

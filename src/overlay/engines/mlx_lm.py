@@ -76,7 +76,7 @@ class MlxLmAdapter:
         4-bit copy of the dense model (quantized weights: fused projections, memory). With --model, that model alone
         (its own drafter, and a never-right copy)."""
         from overlay.check import models as tinymodels
-        from overlay.check.run import never_right_draft
+        from overlay.check.inputs import never_right_draft
 
         spec = ("spec-verify-step", "draft-round")
 
