@@ -26,7 +26,8 @@ CHILD = r"""
 import io, json, resource, sys, time, zipfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from overlay.core.build import apply_engine, member_policy
+from overlay.core.build import apply_engine
+from overlay.core.sources import member_policy
 from overlay.core.series import load_engine_series
 from overlay.deploy.artifacts import apply_all
 from overlay.core.fetch import fetch_artifact

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay.core.build import safe_extract_tar
+from overlay.core.sources import safe_extract_tar
 from overlay.errors import IntegrityError
 from support import TRAILERS, Cli, World, git, make_wheel
 

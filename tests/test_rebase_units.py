@@ -301,7 +301,7 @@ def test_fast_import_gives_checkout_s_commit_ids(tmp_path: Path) -> None:
     from overlay.git import ops as gitops
     from overlay.git.fastimport import import_tree
     from overlay.stack.checkout import write_base_commit
-    from overlay.upstream.replay import prepare
+    from overlay.upstream.workspace import prepare
 
     files = {"pkg/a.py": b"x = 1\n", "dir with space/b.py": b"y = 2\n", '"quoted.py': b"z\n", "e/empty": b""}
     message = "base: demo 1.0\n\ndemo-1.0-py3-none-any.whl\nsha256 " + "0" * 64 + "\n"

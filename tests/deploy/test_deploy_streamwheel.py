@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from overlay.core.build import apply_engine, member_policy
+from overlay.core.build import apply_engine
 from overlay.core.fetch import fetch_artifact
 from overlay.core.manifest import load_engine
 from overlay.core.patching import apply_series
 from overlay.core.provenance import PROVENANCE_FILE, build_provenance, dumps, local_version
 from overlay.core.series import load_engine_series
+from overlay.core.sources import member_policy
 from overlay.core.wheels import read_wheel, set_version, write_wheel
 from overlay.errors import IntegrityError
 from support import World

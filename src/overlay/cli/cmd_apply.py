@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_offline, resolve_root, resolved
 from overlay.cli.output import emit_json, reporter_for
 from overlay.schemas.documents import Provenance as ProvenanceDoc
+
+if TYPE_CHECKING:
+    from overlay.core.build import BuildResult
 
 HELP = (
     "apply the series strictly and build the patched wheel of every pinned artifact; prints the wheel paths"
@@ -17,13 +20,8 @@ EXAMPLE = "overlay apply mlx-lm --upto 2"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "apply",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "apply", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument("--out", type=Path, help="folder for the wheel (default: build/wheels/ENGINE)")
     p.add_argument("--upto", type=int, metavar="N", help="apply only the first N patches")
     p.add_argument(
@@ -56,15 +54,14 @@ def configure_parser(sub: Any) -> None:
         metavar="PYTHON",
         help="interpreter for the prebuilt step (one with the engine's build deps, e.g. CUDA torch)",
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
+    add_offline(p)
     p.add_argument(
         "--allow-unlinted",
         action="store_true",
         help="build even if the series fails lint's static checks (trailers, numbering); overlay.json "
         "records the problems",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -76,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     result = apply_engine(
         root=root,
         engine=args.engine,
-        out_dir=args.out.resolve() if args.out else None,
+        out_dir=resolved(args.out),
         upto=args.upto,
         source=args.source,
         git_url=args.git_url,
@@ -89,15 +86,7 @@ def execute(args: argparse.Namespace) -> int:
         reporter=reporter_for(args),
     )
     if args.json:
-        emit_json(
-            {
-                "version": 1,
-                "wheel": str(result.wheel),
-                "wheel_version": result.version,
-                "patches": [p.name for p in result.patches],
-                "provenance": result.provenance,
-            }
-        )
+        emit_json(_built_json(result))
     else:
         print(result.wheel)
     return 0
@@ -109,7 +98,7 @@ def _apply_all(args: argparse.Namespace, root: Path) -> int:
     every = apply_all(
         root=root,
         engine=args.engine,
-        out_dir=args.out.resolve() if args.out else None,
+        out_dir=resolved(args.out),
         upto=args.upto,
         offline=args.offline,
         allow_unlinted=args.allow_unlinted,
@@ -120,11 +109,7 @@ def _apply_all(args: argparse.Namespace, root: Path) -> int:
     if args.json:
         emit_json(
             {
-                "version": 1,
-                "wheel": str(result.wheel),
-                "wheel_version": result.version,
-                "patches": [p.name for p in result.patches],
-                "provenance": result.provenance,
+                **_built_json(result),
                 "wheels": [
                     {"wheel": str(r.wheel), "artifact": _artifact_name(r.provenance)} for r in every.results
                 ],
@@ -136,6 +121,17 @@ def _apply_all(args: argparse.Namespace, root: Path) -> int:
         for built in every.results:
             print(built.wheel)
     return 0
+
+
+def _built_json(result: BuildResult) -> dict[str, Any]:
+    """The JSON of one built wheel (for the whole set, that of the primary one)."""
+    return {
+        "version": 1,
+        "wheel": str(result.wheel),
+        "wheel_version": result.version,
+        "patches": [p.name for p in result.patches],
+        "provenance": result.provenance,
+    }
 
 
 def _artifact_name(provenance: ProvenanceDoc) -> str | None:

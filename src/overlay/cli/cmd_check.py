@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, resolve_root, resolved
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = (
@@ -20,12 +21,7 @@ EXAMPLE = (
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "check",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "check", HELP, EXAMPLE, execute)
     p.add_argument("engine", nargs="?", help="engine name (overlays/ENGINE.toml); omitted with --endpoints")
     p.add_argument(
         "--model",
@@ -141,7 +137,6 @@ def configure_parser(sub: Any) -> None:
     p.add_argument(
         "--print-json", action="store_true", help="print the report JSON on stdout instead of the table"
     )
-    p.set_defaults(execute=execute)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -152,7 +147,7 @@ def execute(args: argparse.Namespace) -> int:
     from overlay.check.run import run_check
     from overlay.core.manifest import load_engine
     from overlay.engines import get_adapter
-    from overlay.errors import CheckFailed, UsageError
+    from overlay.errors import UsageError
 
     root = resolve_root(args)
     if args.endpoints:
@@ -165,14 +160,14 @@ def execute(args: argparse.Namespace) -> int:
     options = CheckOptions(
         engine=args.engine,
         model=Path(args.model).resolve() if args.model else None,
-        draft=args.draft.resolve() if args.draft else None,
+        draft=resolved(args.draft),
         per_patch=args.per_patch,
         reps=args.reps,
         positions=args.positions,
         max_tokens=args.max_tokens,
         num_draft=args.num_draft,
-        json_path=args.json_path.resolve() if args.json_path else None,
-        html_path=args.html_path.resolve() if args.html_path else None,
+        json_path=resolved(args.json_path),
+        html_path=resolved(args.html_path),
         min_speedup=args.min_speedup,
         allow_few_positions=args.allow_few_positions,
         target_kind=args.target_kind,
@@ -182,33 +177,28 @@ def execute(args: argparse.Namespace) -> int:
         census_steps=args.census_steps,
         gate_mechanism=args.gate_mechanism,
         flags=args.flags,
-        prompts_file=args.prompts_file.resolve() if args.prompts_file else None,
-        corpus_file=args.corpus_file.resolve() if args.corpus_file else None,
+        prompts_file=resolved(args.prompts_file),
+        corpus_file=resolved(args.corpus_file),
         temperature=args.temperature,
         samples=args.samples,
-        stock_wheel=args.stock_wheel.resolve() if args.stock_wheel else None,
-        patched_wheel=args.patched_wheel.resolve() if args.patched_wheel else None,
+        stock_wheel=resolved(args.stock_wheel),
+        patched_wheel=resolved(args.patched_wheel),
     )
-    load_engine(
-        root, options.engine
-    )  # the engine's name and manifest first: a path or an unknown name is refused here
-    try:
-        report = run_check(
+    # the engine's name and manifest first: a path or an unknown name is refused here
+    load_engine(root, options.engine)
+    return _run_and_show(
+        lambda: run_check(
             root=root, options=options, adapter=get_adapter(options.engine), reporter=reporter_for(args)
-        )
-    except CheckFailed as exc:
-        failed_report = getattr(exc, "report", None)
-        if failed_report is not None:
-            _show(failed_report, args)
-        raise
-    _show(report, args)
-    return 0
+        ),
+        args,
+        table_lines,
+    )
 
 
 def _endpoints(args: argparse.Namespace, root: Path) -> int:
     from overlay.check.endpoints import EndpointOptions, run_endpoints
     from overlay.check.endpoints_report import endpoint_lines
-    from overlay.errors import CheckFailed, UsageError
+    from overlay.errors import UsageError
 
     if args.engine:
         raise UsageError(
@@ -219,38 +209,46 @@ def _endpoints(args: argparse.Namespace, root: Path) -> int:
         stock_url=args.endpoints[0],
         patched_url=args.endpoints[1],
         model=args.model,
-        prompts_file=args.prompts_file.resolve() if args.prompts_file else None,
+        prompts_file=resolved(args.prompts_file),
         concurrency=args.concurrency,
         requests=args.requests,
         max_tokens=args.max_tokens,
         time_limit_s=args.time_limit,
-        json_path=args.json_path.resolve() if args.json_path else None,
-        html_path=args.html_path.resolve() if args.html_path else None,
+        json_path=resolved(args.json_path),
+        html_path=resolved(args.html_path),
     )
+    return _run_and_show(
+        lambda: run_endpoints(root=root, options=options, reporter=reporter_for(args)), args, endpoint_lines
+    )
+
+
+def _run_and_show(
+    run: Callable[[], dict[str, Any]],
+    args: argparse.Namespace,
+    lines_of: Callable[[dict[str, Any]], list[str]],
+) -> int:
+    """Run the check and show its report (also the report a failed gate carries, before the error is raised)."""
+    from overlay.errors import CheckFailed
+
     try:
-        report = run_endpoints(root=root, options=options, reporter=reporter_for(args))
+        report = run()
     except CheckFailed as exc:
         failed = getattr(exc, "report", None)
         if failed is not None:
-            _print(failed, args, endpoint_lines)
+            _show(failed, args, lines_of)
         raise
-    _print(report, args, endpoint_lines)
+    _show(report, args, lines_of)
     return 0
 
 
-def _print(report: dict[str, Any], args: argparse.Namespace, lines_of: Any) -> None:
+def _show(
+    report: dict[str, Any], args: argparse.Namespace, lines_of: Callable[[dict[str, Any]], list[str]]
+) -> None:
+    """``--print-json``: the report (less its ``_`` keys) as JSON; otherwise its lines."""
     if args.print_json:
         emit_json({k: v for k, v in report.items() if not k.startswith("_")})
         return
     for line in lines_of(report):
-        print(line)
-
-
-def _show(report: dict[str, Any], args: argparse.Namespace) -> None:
-    if args.print_json:
-        emit_json({k: v for k, v in report.items() if not k.startswith("_")})
-        return
-    for line in table_lines(report):
         print(line)
 
 
@@ -340,7 +338,7 @@ def table_lines(report: dict[str, Any]) -> list[str]:
             f"seeds, lowest p {sm['min_p']:.3g} (threshold {sm['threshold']:.2g}): "
             f"{'equal' if sm['equal'] else 'DIFFERENT'}; {sm['identical_runs']}/{sm['runs']} runs identical"
         )
-    from overlay.check.census import line as census_line
+    from overlay.check.census_report import line as census_line
 
     for rec in report.get("mechanism") or []:
         lines.append(census_line(rec))

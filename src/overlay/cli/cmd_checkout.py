@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_offline, add_wait, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "make a git worktree (build/worktrees/ENGINE): pinned upstream, then one commit per patch"
@@ -14,13 +14,8 @@ EXAMPLE = "overlay checkout mlx-lm && cd build/worktrees/mlx-lm"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "checkout",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "checkout", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument("--worktree", type=Path, help="where to make it (default: build/worktrees/ENGINE)")
     p.add_argument(
         "--upto", type=int, metavar="N", help="commit only the first N patches (refresh keeps the rest)"
@@ -28,16 +23,9 @@ def configure_parser(sub: Any) -> None:
     p.add_argument(
         "--force", action="store_true", help="recreate an existing worktree (its commits are lost)"
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
+    add_offline(p)
+    add_wait(p)
+    add_json(p, "machine-readable output")
 
 
 def execute(args: argparse.Namespace) -> int:

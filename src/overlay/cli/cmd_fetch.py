@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "download the pinned upstream artifacts, verify sha256, cache them under build/cache"
@@ -13,18 +13,12 @@ EXAMPLE = "overlay fetch mlx-lm"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "fetch",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "fetch", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument(
         "--offline", action="store_true", help="use the cache only; fail if an artifact is missing"
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
+    add_json(p, "machine-readable output")
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from overlay.cli.common import add_command, add_json, current_dir
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = (
@@ -16,12 +17,7 @@ EXAMPLE = "overlay init mlx-lm --version 0.32.1 --root my-patches"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "init",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "init", HELP, EXAMPLE, execute)
     p.add_argument("engine", help="engine name: overlays/ENGINE.toml and patches/ENGINE/ are created")
     p.add_argument(
         "--version",
@@ -53,12 +49,10 @@ def configure_parser(sub: Any) -> None:
         metavar="DIR",
         help="the folder of the git repository that is the wheel's root (default: the repository root)",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.cli.common import current_dir
     from overlay.upstream.init import describe, init_repository
 
     root: Path | None = args.root

@@ -6,7 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import (
+    add_command,
+    add_engine,
+    add_json,
+    add_offline,
+    add_python,
+    resolve_root,
+    resolved,
+)
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = (
@@ -15,16 +23,18 @@ HELP = (
 EXAMPLE = "overlay install mlx-lm --python /opt/venv/bin/python"
 
 
-def add_python(p: Any) -> None:
-    p.add_argument(
-        "--python",
-        type=Path,
-        metavar="PATH",
-        help="the environment's interpreter (default: the one running overlay)",
-    )
+def show_action(result: Any, *, as_json: bool) -> None:
+    """What install or revert did: the before and after of the environment, as JSON or one line."""
+    if as_json:
+        emit_json(_action_json(result))
+    else:
+        print(
+            f"{result.action} {result.after.distribution} {result.after.version} ({result.after.kind}, was "
+            f"{result.before.kind} {result.before.version}) at {result.after.location}"
+        )
 
 
-def action_json(result: Any) -> dict[str, Any]:
+def _action_json(result: Any) -> dict[str, Any]:
     return {
         "version": 1,
         "action": result.action,
@@ -41,15 +51,16 @@ def action_json(result: Any) -> dict[str, Any]:
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "install",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}\n\nRefused when the "
-        "installed files do not match the pinned artifact's RECORD (exit 5) or another release is "
-        "installed (exit 2). pip runs with --no-deps --force-reinstall --no-index.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        HELP,
+        EXAMPLE,
+        execute,
+        notes="Refused when the installed files do not match the pinned artifact's RECORD (exit 5) or another "
+        "release is installed (exit 2). pip runs with --no-deps --force-reinstall --no-index.",
     )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    add_engine(p)
     add_python(p)
     p.add_argument(
         "--wheels",
@@ -57,9 +68,8 @@ def configure_parser(sub: Any) -> None:
         metavar="DIR",
         help="where `overlay apply` put the wheels (default: build/wheels/ENGINE)",
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_offline(p)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -70,15 +80,9 @@ def execute(args: argparse.Namespace) -> int:
         root=root,
         engine=args.engine,
         python=args.python,
-        wheels_dir=args.wheels.resolve() if args.wheels else None,
+        wheels_dir=resolved(args.wheels),
         offline=args.offline,
         reporter=reporter_for(args),
     )
-    if args.json:
-        emit_json(action_json(result))
-    else:
-        print(
-            f"{result.action} {result.after.distribution} {result.after.version} ({result.after.kind}, was "
-            f"{result.before.kind} {result.before.version}) at {result.after.location}"
-        )
+    show_action(result, as_json=args.json)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_json, add_offline, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "check trailers, series <-> folder consistency, and that every patch applies exactly at the pin"
@@ -13,12 +13,7 @@ EXAMPLE = "overlay lint mlx-lm"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "lint",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "lint", HELP, EXAMPLE, execute)
     p.add_argument("engine", nargs="?", help="engine name (default: all engines)")
     p.add_argument(
         "--against",
@@ -26,9 +21,8 @@ def configure_parser(sub: Any) -> None:
         help="also check that every patch still lands, offsets at most, in the same function/class on "
         "release VERSION (the hunk-location check)",
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
+    add_offline(p)
+    add_json(p, "machine-readable output")
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_json, resolve_root
 from overlay.cli.output import emit_json
 from overlay.core.manifest import engine_names, load_engine
 from overlay.errors import ConfigError, IntegrityError, OverlayError
@@ -18,14 +18,8 @@ EXAMPLE = "overlay list --json"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "list",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
+    p = add_command(sub, "list", HELP, EXAMPLE, execute)
+    add_json(p, "machine-readable output")
 
 
 def _last_build(path: Path, engine: str) -> dict[str, Any] | None:

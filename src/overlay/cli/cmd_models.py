@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, resolve_root
 from overlay.progress import Stage
 
 HELP = "list or build the bundled tiny models (random or briefly trained; no downloads)"
@@ -16,12 +16,7 @@ EXAMPLE = "overlay models build llama-target"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "models",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "models", HELP, EXAMPLE, execute)
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     b = msub.add_parser("build", help="build a kind (or find it in the cache) and print its folder")
     b.add_argument("kind", help="a kind from `overlay models list`")
@@ -33,7 +28,6 @@ def configure_parser(sub: Any) -> None:
     )
     ls = msub.add_parser("list", help="list the kinds and whether they are built")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
 
 
 class _StderrReporter:
@@ -66,7 +60,8 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _build(*, root: Path, kind: str, seed: int, python: str | None, quiet: bool) -> int:
-    from overlay.check.models.builder import build, stock_mlx_python
+    from overlay.check.models.builder import build
+    from overlay.check.models.mlxproc import stock_mlx_python
 
     reporter = _StderrReporter(quiet)
     interp: Path | None = None

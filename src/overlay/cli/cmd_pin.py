@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_wait, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = (
@@ -16,13 +16,8 @@ EXAMPLE = "overlay pin sglang --commit 0123456789abcdef0123456789abcdef01234567 
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "pin",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "pin", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument(
         "--commit",
         required=True,
@@ -38,15 +33,8 @@ def configure_parser(sub: Any) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="check and show the new manifest and series; write nothing"
     )
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
-    )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_wait(p)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from overlay.cli.common import add_command, add_json, resolve_root
 from overlay.cli.output import emit_json
 
 HELP = "verify and print the provenance of a patched wheel file or of an installed distribution"
@@ -13,12 +14,7 @@ EXAMPLE = "overlay provenance build/wheels/mlx-lm/mlx_lm-0.32.2+ovl.1.g1234abcd-
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "provenance",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "provenance", HELP, EXAMPLE, execute)
     p.add_argument("target", help="a .whl file, or the name of an installed distribution")
     p.add_argument(
         "--path",
@@ -32,12 +28,10 @@ def configure_parser(sub: Any) -> None:
         help="also check every patch named in overlay.json against patches/ENGINE/ in the overlay "
         "repository (--root)",
     )
-    p.add_argument("--json", action="store_true", help="print overlay.json as is")
-    p.set_defaults(execute=execute)
+    add_json(p, "print overlay.json as is")
 
 
 def execute(args: argparse.Namespace) -> int:
-    from overlay.cli.common import resolve_root
     from overlay.core.provenance import (
         read_from_installed,
         read_from_wheel,

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, resolve_root, resolved
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "write the patched wheels of every pinned artifact as a static package index (PEP 503/691) with hashes"
@@ -14,15 +14,16 @@ EXAMPLE = "overlay publish mlx-lm --to build/index"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "publish",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}\n\nDIR gets the wheels, "
-        "simple/ (HTML and JSON), requirements.txt (--hash per artifact), constraints.txt and "
-        "requirements-stock.txt; see docs/deploy.md.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        HELP,
+        EXAMPLE,
+        execute,
+        notes="DIR gets the wheels, simple/ (HTML and JSON), requirements.txt (--hash per artifact), "
+        "constraints.txt and requirements-stock.txt; see docs/deploy.md.",
     )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    add_engine(p)
     p.add_argument(
         "--to",
         type=Path,
@@ -36,8 +37,7 @@ def configure_parser(sub: Any) -> None:
         metavar="DIR",
         help="where `overlay apply` put the wheels (default: build/wheels/ENGINE)",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def execute(args: argparse.Namespace) -> int:
         root=root,
         engine=args.engine,
         to=args.to.resolve(),
-        wheels_dir=args.wheels.resolve() if args.wheels else None,
+        wheels_dir=resolved(args.wheels),
         reporter=reporter_for(args),
     )
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_offline, add_wait, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = (
@@ -17,13 +17,8 @@ EXAMPLE = "overlay rebase mlx-lm --to 0.32.1"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "rebase",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "rebase", HELP, EXAMPLE, execute)
+    add_engine(p)
     action = p.add_mutually_exclusive_group()
     action.add_argument("--to", metavar="VERSION", help="the upstream release to move to")
     action.add_argument(
@@ -66,16 +61,9 @@ def configure_parser(sub: Any) -> None:
         action="store_true",
         help="with --to: rebase even when build/worktrees/ENGINE holds work refresh has not written back",
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(execute=execute)
+    add_offline(p)
+    add_wait(p)
+    add_json(p, "print the report as JSON")
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_wait, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "regenerate patches/ENGINE from the checkout worktree (unchanged commits keep their bytes)"
@@ -15,13 +15,8 @@ EXAMPLE = "overlay refresh mlx-lm --dry-run"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "refresh",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "refresh", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument("--worktree", type=Path, help="the worktree (default: build/worktrees/ENGINE)")
     p.add_argument(
         "--force",
@@ -29,15 +24,8 @@ def configure_parser(sub: Any) -> None:
         help="refresh even from a dirty worktree or one whose base is not the current pin",
     )
     p.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="when another overlay run holds the engine's lock, wait up to SECONDS for it (default: fail at once)",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(execute=execute)
+    add_wait(p)
+    add_json(p, "machine-readable output")
 
 
 def execute(args: argparse.Namespace) -> int:

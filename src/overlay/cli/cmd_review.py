@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_engine, add_json, add_offline, resolve_root, resolved
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "what upstream changed between two releases in the functions and classes our patches touch, and a range-diff"
@@ -14,13 +14,8 @@ EXAMPLE = "overlay review mlx-lm --from 0.31.2 --to 0.32.2 --html build/reports/
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "review",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("engine", help="engine name (overlays/ENGINE.toml)")
+    p = add_command(sub, "review", HELP, EXAMPLE, execute)
+    add_engine(p)
     p.add_argument(
         "--from", dest="from_version", required=True, metavar="A", help="the older upstream release"
     )
@@ -39,9 +34,8 @@ def configure_parser(sub: Any) -> None:
     p.add_argument(
         "--to-url", metavar="URL", help="a direct location of B's wheel instead of the package index"
     )
-    p.add_argument("--offline", action="store_true", help="use cached artifacts only")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(execute=execute)
+    add_offline(p)
+    add_json(p, "print the report as JSON")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -54,10 +48,10 @@ def execute(args: argparse.Namespace) -> int:
         engine=args.engine,
         from_version=args.from_version,
         to_version=args.to_version,
-        old_series=args.old_series.resolve() if args.old_series else None,
+        old_series=resolved(args.old_series),
         from_url=args.from_url,
         to_url=args.to_url,
-        html=args.html.resolve() if args.html else None,
+        html=resolved(args.html),
         offline=args.offline,
         reporter=reporter_for(args),
     )

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overlay.cli.cmd_install import add_python
-from overlay.cli.common import resolve_root
+from overlay.cli.common import add_command, add_json, add_python, resolve_root
 from overlay.cli.output import emit_json, reporter_for
 
 HELP = "list the pinned engines installed in an environment: stock or patched, which series, files vs RECORD"
@@ -15,16 +14,16 @@ EXAMPLE = "overlay status --python /opt/venv/bin/python"
 
 
 def configure_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "status",
-        help=HELP,
-        description=f"{HELP}.\n\nexample: {EXAMPLE}\n\nExit 0 whatever is "
-        "installed; 5 when an installed engine's files differ from RECORD (or the pin).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        HELP,
+        EXAMPLE,
+        execute,
+        notes="Exit 0 whatever is installed; 5 when an installed engine's files differ from RECORD (or the pin).",
     )
     add_python(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(execute=execute)
+    add_json(p)
 
 
 def execute(args: argparse.Namespace) -> int:

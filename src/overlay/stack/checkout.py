@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from overlay.core.archive_policy import check_member_name
-from overlay.core.build import member_policy
 from overlay.core.fetch import fetch_artifact
 from overlay.core.manifest import Manifest, check_engine_name, load_engine
 from overlay.core.patching import DirTree, apply_patch
 from overlay.core.series import Patch, load_engine_series
+from overlay.core.sources import member_policy
 from overlay.core.wheels import read_wheel, repo_layout_files
 from overlay.errors import ConfigError, UsageError
 from overlay.fsutil import atomic_write_text, owned_scratch, publish_dir, read_json_state

@@ -24,12 +24,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from overlay.core.build import git_mirror_path
 from overlay.core.fetch import fetch_artifact
 from overlay.core.inputs import read_inside
 from overlay.core.manifest import Manifest, load_engine, load_manifest
 from overlay.core.pin_edit import Edit, apply_edits
 from overlay.core.series import parse_series_file, render_series
+from overlay.core.sources import git_mirror_path
 from overlay.errors import ConfigError, IntegrityError, UsageError
 from overlay.fsutil import atomic_write_text
 from overlay.git import ops as gitops

@@ -16,295 +16,31 @@ is tried, in this order:
 
 ``clean``, ``offset`` and ``merged`` patches are committed with the patch's own author, date and message; a
 ``conflict`` or ``obsolete`` patch leaves the repository with the attempt in its work tree for a person to finish.
+The scratch repository is :mod:`overlay.upstream.workspace`; what each patch came to, :mod:`overlay.upstream.outcome`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import email.utils
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
 from overlay.core.patching import MemoryTree, apply_patch
 from overlay.core.series import Patch, parse_patch_bytes
 from overlay.errors import ConflictError, ExternalCommandError, PatchError
 from overlay.git import ops as gitops
-from overlay.git.fastimport import (
-    BASE_DATE,
-    Stream,
-    cleaned_message,
-    path_bytes,
-    run_stream,
-    tool_ident,
-    whole_tree,
-)
 from overlay.progress import NullReporter, Reporter
-from overlay.schemas.documents import OutcomeDoc
-from overlay.stack.checkout import FORMAT_PATCH_ARGS, commit_as_patch, commit_patch
+from overlay.stack.checkout import commit_as_patch, commit_patch
 from overlay.upstream.astmap import HunkMove, hunk_moves
-from overlay.upstream.relocate import HunkPlacement, relocate_patch, reverse_patch
-
-PatchClass = Literal["clean", "offset", "merged", "conflict", "upstreamed", "obsolete"]
-CLASSES: tuple[PatchClass, ...] = ("clean", "offset", "merged", "conflict", "upstreamed", "obsolete")
-Resolution = Literal["auto", "pending", "user", "dropped", "skipped"]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one patch of the old series."""
-
-    name: str  # the patch file name in the old series
-    subject: str
-    cls: PatchClass
-    detail: str
-    old_commit: str
-    resolution: Resolution = "auto"
-    commit: str | None = None  # the rebased commit; None when dropped or not resolved yet
-    offsets: tuple[HunkPlacement, ...] = ()
-    renames: tuple[tuple[str, str, int], ...] = ()  # (old path, new path, similarity %)
-    gone: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()
-    moved: tuple[HunkMove, ...] = ()
-    kept_bytes: bool = False  # the rebased commit's diff is byte-identical to the old one: the file is kept
-    new_name: str | None = None
-    # a dry run's conflict: the patch's own ("own"), or only there because earlier conflicts were left out
-    # ("inherited": it does not conflict once those take their own side, as a person's resolution would)
-    conflict_kind: Literal["own", "inherited"] | None = None
-    inherited_from: tuple[str, ...] = ()
-
-    @property
-    def resolved(self) -> bool:
-        return self.resolution != "pending"
-
-    @property
-    def dropped(self) -> bool:
-        return self.resolved and self.commit is None
-
-    def to_json(self) -> OutcomeDoc:
-        return {
-            "name": self.name,
-            "new_name": self.new_name,
-            "subject": self.subject,
-            "class": self.cls,
-            "detail": self.detail,
-            "resolution": self.resolution,
-            "old_commit": self.old_commit,
-            "commit": self.commit,
-            "kept_bytes": self.kept_bytes,
-            "offsets": [
-                {
-                    "path": p.path,
-                    "hunk": p.index,
-                    "from": p.old_start,
-                    "to": p.found_start,
-                    "offset": p.offset,
-                }
-                for p in self.offsets
-            ],
-            "renames": [{"from": a, "to": b, "similarity": s} for a, b, s in self.renames],
-            "gone": list(self.gone),
-            "conflicts": list(self.conflicts),
-            "moved_hunks": [m.to_json() for m in self.moved],
-            "conflict_kind": self.conflict_kind,
-            "inherited_from": list(self.inherited_from),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Outcome:
-        return cls(
-            name=d["name"],
-            new_name=d.get("new_name"),
-            subject=d["subject"],
-            cls=d["class"],
-            detail=d["detail"],
-            resolution=d["resolution"],
-            old_commit=d["old_commit"],
-            commit=d.get("commit"),
-            kept_bytes=bool(d.get("kept_bytes")),
-            offsets=tuple(
-                HunkPlacement(path=o["path"], index=o["hunk"], old_start=o["from"], found_start=o["to"])
-                for o in d.get("offsets", [])
-            ),
-            renames=tuple((r["from"], r["to"], int(r["similarity"])) for r in d.get("renames", [])),
-            gone=tuple(d.get("gone", [])),
-            conflicts=tuple(d.get("conflicts", [])),
-            moved=tuple(
-                HunkMove(path=m["path"], index=m["hunk"], before=tuple(m["before"]), after=tuple(m["after"]))
-                for m in d.get("moved_hunks", [])
-            ),
-            conflict_kind=d.get("conflict_kind"),
-            inherited_from=tuple(d.get("inherited_from", [])),
-        )
-
-
-@dataclass
-class Workspace:
-    """The scratch repository of one replay (see the module docstring)."""
-
-    repo: Path
-    old_base: str
-    new_base: str
-    old_commits: tuple[str, ...]
-    new_version: str
-    renames: dict[str, tuple[str, int]] = field(default_factory=dict)  # old path -> (new path, similarity %)
-
-    def head(self) -> str:
-        return gitops.out(["rev-parse", "HEAD"], cwd=self.repo)
-
-
-def _patch_ident(patch: Patch) -> tuple[str, str]:
-    name, addr = email.utils.parseaddr(patch.author)
-    date = patch.date or BASE_DATE
-    return f"{name or addr} <{addr}>", date
-
-
-def prepare(
-    repo: Path,
-    *,
-    old_files: dict[str, bytes],
-    old_message: str,
-    new_files: dict[str, bytes],
-    new_message: str,
-    patches: Sequence[Patch],
-    new_version: str,
-    reporter: Reporter | None = None,
-) -> Workspace:
-    """Make the scratch repository: old tree + old series (branch ``old``), new tree checked out (branch ``rebased``).
-
-    Everything is written by one ``git fast-import``: the two trees as root commits with the tool's fixed identity
-    (the ids ``overlay checkout`` gives them), and the old series applied exactly, in memory, one commit per patch
-    with the patch's author, date and message. Only the new tree is then checked out.
-    """
-    reporter = reporter or NullReporter()
-    gitops.init(repo)
-    gitops.run(["config", "rerere.enabled", "false"], cwd=repo)
-    gitops.run(["config", "merge.conflictStyle", "diff3"], cwd=repo)
-    tool = tool_ident()
-    stream = Stream()
-    old_mark = stream.commit(
-        "refs/heads/old",
-        author=tool,
-        author_date=BASE_DATE,
-        committer=tool,
-        committer_date=BASE_DATE,
-        message=cleaned_message(old_message),
-        parent=None,
-        changes=whole_tree(stream, old_files),
-    )
-    tree = MemoryTree(dict(old_files))
-    marks: list[int] = []
-    parent = old_mark
-    for patch in patches:
-        try:
-            applied = apply_patch(tree, patch)
-        except PatchError as exc:
-            raise PatchError(
-                exc.message,
-                tip="the series must apply exactly at the pinned base before a rebase: "
-                "run `overlay lint` and fix it first",
-            ) from None
-        changes: list[bytes] = []
-        for fd, af in zip(patch.files, applied.files):
-            if fd.kind == "rename" and fd.old_path and fd.old_path != af.path:
-                changes.append(b"D %s\n" % path_bytes(fd.old_path))
-            if af.kind == "delete":
-                changes.append(b"D %s\n" % path_bytes(af.path))
-            else:
-                data = tree.read(af.path) or b""
-                mode = b"100755" if tree.is_executable(af.path) else b"100644"
-                changes.append(b"M %s :%d %s\n" % (mode, stream.blob(data), path_bytes(af.path)))
-        author, date = _patch_ident(patch)
-        parent = stream.commit(
-            "refs/heads/old",
-            author=author,
-            author_date=date,
-            committer=tool,
-            committer_date=date,
-            message=patch.subject + ("\n\n" + patch.body if patch.body else "") + "\n",
-            parent=parent,
-            changes=changes,
-        )
-        marks.append(parent)
-    new_mark = stream.commit(
-        "refs/heads/rebased",
-        author=tool,
-        author_date=BASE_DATE,
-        committer=tool,
-        committer_date=BASE_DATE,
-        message=cleaned_message(new_message),
-        parent=None,
-        changes=whole_tree(stream, new_files),
-    )
-    stream.ref("refs/tags/overlay/old-base", old_mark)
-    stream.ref("refs/tags/overlay/new-base", new_mark)
-    ids = run_stream(repo, stream)
-    gitops.run(["symbolic-ref", "HEAD", "refs/heads/rebased"], cwd=repo)
-    gitops.run(["reset", "-q", "--hard", "refs/heads/rebased"], cwd=repo)
-    reporter.step(
-        "rebase",
-        f"scratch repository ready: {len(old_files)} -> {len(new_files)} files, {len(patches)} patches",
-    )
-    ws = Workspace(
-        repo=repo,
-        old_base=ids[old_mark],
-        new_base=ids[new_mark],
-        old_commits=tuple(ids[m] for m in marks),
-        new_version=new_version,
-    )
-    ws.renames = upstream_renames(repo, ws.old_base, ws.new_base)
-    return ws
-
-
-def upstream_renames(repo: Path, old: str, new: str) -> dict[str, tuple[str, int]]:
-    """Files git sees renamed between two trees: old path -> (new path, similarity %)."""
-    raw = gitops.run(["diff", "-M", "--name-status", "-z", "--diff-filter=R", old, new], cwd=repo).stdout
-    parts = raw.decode("utf-8", "surrogateescape").split("\0")
-    out: dict[str, tuple[str, int]] = {}
-    i = 0
-    while i + 2 < len(parts) and parts[i]:
-        status, a, b = parts[i], parts[i + 1], parts[i + 2]
-        out[a] = (b, int(status[1:] or 0))
-        i += 3
-    return out
-
-
-def read_blobs(repo: Path, specs: Sequence[str]) -> list[bytes | None]:
-    """Contents of ``rev:path`` specs in one ``git cat-file --batch`` call (None for a missing one)."""
-    if not specs:
-        return []
-    raw = gitops.run(
-        ["cat-file", "--batch"], cwd=repo, input="".join(s + "\n" for s in specs).encode()
-    ).stdout
-    out: list[bytes | None] = []
-    pos = 0
-    for _spec in specs:
-        eol = raw.index(b"\n", pos)
-        header = raw[pos:eol].split()
-        pos = eol + 1
-        if len(header) < 3 or header[1] != b"blob":
-            out.append(None)
-            continue
-        size = int(header[2])
-        out.append(raw[pos : pos + size])
-        pos += size + 1
-    return out
-
-
-def commit_patch_bytes(repo: Path, commit: str) -> bytes:
-    return gitops.run([*FORMAT_PATCH_ARGS, "-1", "--stdout", commit], cwd=repo).stdout
-
-
-def same_diff(repo: Path, a: str, b: str) -> bool:
-    """Whether two commits make byte-identical changes (same paths, same blobs before and after)."""
-    out = gitops.run(
-        ["diff-tree", "--stdin", "-p", "-M", "--full-index"], cwd=repo, input=f"{a}\n{b}\n".encode()
-    ).stdout
-    head_b = out.find(b"\n" + b.encode() + b"\n")
-    if not out.startswith(a.encode() + b"\n") or head_b < 0:
-        raise ExternalCommandError(f"git diff-tree --stdin gave unexpected output for {a[:12]} {b[:12]}")
-    return out[len(a) + 1 : head_b + 1] == out[head_b + len(b) + 2 :]
+from overlay.upstream.outcome import Outcome
+from overlay.upstream.relocate import relocate_patch, reverse_patch
+from overlay.upstream.workspace import (
+    Workspace,
+    clear_pick_state,
+    commit_patch_bytes,
+    discard_attempt,
+    read_blobs,
+    same_diff,
+)
 
 
 def _touched_tree(repo: Path, rev: str, patch: Patch) -> MemoryTree:
@@ -501,19 +237,6 @@ def _cherry_pick(repo: Path, commit: str) -> tuple[bool, tuple[str, ...]]:
             f"`git cherry-pick {commit[:12]}` failed in {repo}: {proc.stderr.decode('utf-8', 'replace').strip()[-1500:]}"
         )
     return False, unmerged
-
-
-def clear_pick_state(repo: Path) -> None:
-    for name in ("CHERRY_PICK_HEAD", "MERGE_MSG", "AUTO_MERGE"):
-        (repo / ".git" / name).unlink(missing_ok=True)
-    gitops.run(["cherry-pick", "--quit"], cwd=repo, check=False)
-
-
-def discard_attempt(repo: Path) -> None:
-    """Throw away whatever a stopped patch left in the work tree and index."""
-    gitops.run(["reset", "-q", "--hard", "HEAD"], cwd=repo)
-    gitops.run(["clean", "-q", "-f", "-d"], cwd=repo)
-    clear_pick_state(repo)
 
 
 def _finish(ws: Workspace, patch: Patch, outcome: Outcome) -> Outcome:

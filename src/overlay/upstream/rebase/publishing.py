@@ -26,6 +26,7 @@ from overlay.git import ops as gitops
 from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import export_patches
 from overlay.stack.locks import engine_lock
+from overlay.upstream.outcome import Outcome
 from overlay.upstream.rebase.state import (
     BACKUP_COMPLETE,
     LAST_PUBLISH,
@@ -46,7 +47,7 @@ from overlay.upstream.rebase.state import (
     report_path,
     state_dir,
 )
-from overlay.upstream.replay import Outcome, Workspace
+from overlay.upstream.workspace import Workspace
 
 
 def publish(*, root: Path, engine: str, wait: float = 0.0, reporter: Reporter | None = None) -> RebaseResult:

@@ -38,6 +38,7 @@ from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import base_message
 from overlay.stack.locks import engine_lock
 from overlay.stack.transaction import recover_refresh
+from overlay.upstream.outcome import Outcome
 from overlay.upstream.rebase.publishing import _publish, _restore_backup
 from overlay.upstream.rebase.state import (
     BACKUP_COMPLETE,
@@ -60,16 +61,8 @@ from overlay.upstream.rebase.state import (
     state_dir,
 )
 from overlay.upstream.releases import check_version, manifest_at, resolve_release, wheel_tree
-from overlay.upstream.replay import (
-    Outcome,
-    Workspace,
-    classify,
-    discard_attempt,
-    estimate_conflicts,
-    prepare,
-    replay_all,
-    resolve_stopped,
-)
+from overlay.upstream.replay import classify, estimate_conflicts, replay_all, resolve_stopped
+from overlay.upstream.workspace import Workspace, discard_attempt, prepare
 
 # ------------------------------------------------------------------ start
 

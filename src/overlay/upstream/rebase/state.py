@@ -17,7 +17,8 @@ from overlay.paths import layout
 from overlay.schemas.documents import Artifact as ArtifactDoc
 from overlay.schemas.documents import NotReached, OutcomeDoc, RebaseReport, ReportPatch
 from overlay.stack.checkout import default_worktree, read_state
-from overlay.upstream.replay import CLASSES, Outcome, Workspace
+from overlay.upstream.outcome import CLASSES, Outcome
+from overlay.upstream.workspace import Workspace
 
 STATE_FILE = "state.json"
 

@@ -27,8 +27,9 @@ from overlay.upstream.astmap import (
     source_of,
     symbols,
 )
+from overlay.upstream.outcome import Outcome
 from overlay.upstream.relocate import relocate_patch, reverse_patch
-from overlay.upstream.replay import Outcome, Workspace, commit_patch_bytes, location_check, read_blobs
+from overlay.upstream.replay import location_check
 from overlay.upstream.review.model import (
     Duplicate,
     PatchReview,
@@ -38,6 +39,7 @@ from overlay.upstream.review.model import (
     TouchedFile,
     TouchedSymbol,
 )
+from overlay.upstream.workspace import Workspace, commit_patch_bytes, read_blobs
 
 
 def _reader(repo: Path, rev: str, paths: list[str]) -> Callable[[str], bytes | None]:

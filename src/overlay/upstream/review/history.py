@@ -10,8 +10,8 @@ from overlay.core.manifest import Manifest
 from overlay.core.series import Series, load_series
 from overlay.errors import UsageError
 from overlay.git import ops as gitops
+from overlay.upstream.outcome import Outcome
 from overlay.upstream.rebase import history_dir
-from overlay.upstream.replay import Outcome
 
 
 def _rebase_record(root: Path, engine: str, a: str, b: str) -> list[Outcome] | None:

@@ -28,11 +28,13 @@ from overlay.fsutil import atomic_write_json, atomic_write_text, owned_scratch
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 from overlay.stack.checkout import base_message, commit_patch
+from overlay.upstream.outcome import Outcome
 from overlay.upstream.releases import check_version, manifest_at, resolve_release, wheel_tree
-from overlay.upstream.replay import Outcome, commit_patch_bytes, prepare, replay_all
+from overlay.upstream.replay import replay_all
 from overlay.upstream.review.analysis import _analyse
 from overlay.upstream.review.history import _rebase_record, _series_at, find_old_series
 from overlay.upstream.review.model import ReviewResult, to_json
+from overlay.upstream.workspace import commit_patch_bytes, prepare
 
 
 def report_path(root: Path, engine: str) -> Path:
