@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from overlay.check.models import KINDS, all_prompts, build, is_trained, read_manifest, stock_mlx_python
-from overlay.check.models.builder import load_tensors, run_mlx_script
+from overlay.check.models.common import load_tensors
+from overlay.check.models.mlxproc import run_mlx_script
 from overlay.check.models.tokenizer import train_tokenizer
 from overlay.fsutil import atomic_write_json
 from overlay.progress import Stage

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from overlay.check.models import build
-from overlay.check.models.builder import mlx_env, stock_mlx_python
+from overlay.check.models.mlxproc import mlx_env, stock_mlx_python
 from tinymodels.tiny_support import RANDOM_KINDS, REPO, Interpreter
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,11 +14,14 @@ import numpy as np
 import pytest
 
 from overlay.check.models import KINDS, PROMPTS, all_prompts, build, model_dir, read_manifest, recipe_hash
-from overlay.check.models import builder as builder_module
+from overlay.check.models import common as common_module
 from overlay.check.models import recipes as recipes_module
-from overlay.check.models.builder import MANIFEST, TIMINGS, load_tensors, run_mlx_script
+from overlay.check.models import training as training_module
+from overlay.check.models.builder import MANIFEST, TIMINGS
+from overlay.check.models.common import load_tensors
 from overlay.check.models.corpus import CATEGORIES, documents
-from overlay.check.models.recipes import HeavyRecipe, RandomRecipe
+from overlay.check.models.mlxproc import run_mlx_script
+from overlay.check.models.recipes import SLIDING_WINDOW, HeavyRecipe, RandomRecipe
 from overlay.check.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, load_tokenizer
 from overlay.cli.main import main as overlay_main
 from overlay.errors import UsageError
@@ -159,7 +163,7 @@ def test_interrupted_build_leaves_no_model(tmp_path: Path, monkeypatch: pytest.M
         (directory / "tokenizer.json").write_text("half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(builder_module, "write_tokenizer", boom)
+    monkeypatch.setattr(common_module, "write_tokenizer", boom)
     with pytest.raises(KeyboardInterrupt):
         build("llama-random", root=tmp_path)
     models = tmp_path / "build" / "models"
@@ -232,6 +236,40 @@ def test_llama_kinds_load_in_transformers_like_mlx(
         assert diff < 1e-3, (path, diff)  # same conventions (RoPE, norms, tying) in both engines
 
 
+def test_sliding_window_kind_loads_and_its_window_bites(
+    random_models: dict[str, Path], mlx_python: Interpreter, tmp_path: Path
+) -> None:
+    """olmo3-swa-random (selectable with --target-kind): stock mlx-lm gives its sliding layers a rotating cache of the
+    window, the window is shorter than every built-in prompt, and it changes the logits (a copy with a wide window
+    does not agree)."""
+    path = random_models["olmo3-swa-random"]
+    config = json.loads((path / "config.json").read_text())
+    tok = load_tokenizer(path)
+    lengths = [len(tok.encode(text).ids) for _, text in all_prompts()]
+    assert config["sliding_window"] == SLIDING_WINDOW < min(lengths) <= len(tok.encode(PROMPT).ids)
+    assert config["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"]
+    wide = tmp_path / "wide"
+    shutil.copytree(path, wide)
+    (wide / "config.json").write_text(json.dumps({**config, "sliding_window": 64}))
+    mlx = mlx_python.probe("mlx_load.py", {"models": [str(path), str(wide)], "prompt": PROMPT, "generate": 2})
+    ours = mlx[str(path)]
+    assert ours["caches"] == ["RotatingKVCache"] * 3 + ["KVCache"] and ours["finite"]
+    widened = max(abs(a - b) for a, b in zip(ours["last_logits"], mlx[str(wide)]["last_logits"], strict=True))
+    assert widened > 0.1, widened  # the window is what the model computes with
+
+
+@pytest.mark.long  # torch + transformers import: 20-50 s on 2 shared cores
+def test_sliding_window_kind_means_the_same_in_transformers(
+    random_models: dict[str, Path], mlx_python: Interpreter, hf_python: Interpreter
+) -> None:
+    """The window (the current token included) means the same in transformers and mlx-lm: equal logits."""
+    path = str(random_models["olmo3-swa-random"])
+    hf = hf_python.probe("hf_load.py", {"models": [path], "prompt": PROMPT})[path]
+    mlx = mlx_python.probe("mlx_load.py", {"models": [path], "prompt": PROMPT, "generate": 1})[path]
+    assert hf["architecture"] == "Olmo3ForCausalLM" and hf["prompt_ids"] == mlx["prompt_ids"]
+    assert max(abs(a - b) for a, b in zip(hf["last_logits"], mlx["last_logits"], strict=True)) < 1e-3
+
+
 def test_dead_layers_keep_logits_bit_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlx_python: Interpreter
 ) -> None:
@@ -301,7 +339,7 @@ def test_training_task_reports_falling_loss(
     data = tmp_path / "tokens.npy"
     np.save(
         data,
-        builder_module.training_tokens(
+        training_module.training_tokens(
             recipes_module.TrainSpec(steps=1, batch_size=1, seq_len=8, learning_rate=0.0, corpus_docs=200)
         ),
     )
@@ -332,7 +370,7 @@ def test_training_task_reports_falling_loss(
     assert result["losses"][-1] < result["losses"][0], result["losses"]
     trained = load_tensors(tmp_path / "out.safetensors")
     assert "language_model.model.layers.0.linear_attn.A_log" in trained
-    hf = builder_module._from_mlx_qwen35(trained)
+    hf = training_module._from_mlx_qwen35(trained)
     original = load_tensors(model / "model.safetensors")
     assert set(hf) == {n for n in original if not n.startswith("mtp.")}
     assert all(hf[n].shape == original[n].shape for n in hf)

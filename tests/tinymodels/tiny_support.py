@@ -11,7 +11,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 PROBES = Path(__file__).resolve().parent / "probes"
-RANDOM_KINDS = ("llama-random", "llama-draft-random", "qwen3_5-random", "deepseek_v3-random")
+RANDOM_KINDS = (
+    "llama-random",
+    "llama-draft-random",
+    "qwen3_5-random",
+    "deepseek_v3-random",
+    "olmo3-swa-random",
+)
 
 
 @dataclass(frozen=True)

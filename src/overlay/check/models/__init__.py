@@ -15,12 +15,11 @@ from overlay.check.models.builder import (
     get_recipe,
     is_built,
     model_dir,
-    probe_mlx_python,
     read_manifest,
     recipe_hash,
-    stock_mlx_python,
 )
 from overlay.check.models.corpus import CATEGORIES, PROMPTS, all_prompts
+from overlay.check.models.mlxproc import probe_mlx_python, stock_mlx_python
 from overlay.check.models.recipes import KINDS, is_trained
 from overlay.check.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 

@@ -1,7 +1,7 @@
 # mypy: disable-error-code="import-not-found", allow-subclassing-any
 """Training and measuring with mlx, run as a script in an interpreter that has mlx and mlx-lm.
 
-Not imported by overlay: ``overlay.check.models.builder`` runs ``python _mlx_tasks.py`` with one JSON request on stdin
+Not imported by overlay: ``overlay.check.models.mlxproc`` runs ``python _mlx_tasks.py`` with one JSON request on stdin
 and reads one JSON result from the last line of stdout (logs go to stderr). Needs only mlx, mlx_lm, numpy and the
 sibling ``mlx_mtp.py``.
 

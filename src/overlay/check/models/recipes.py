@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
-Arch = Literal["llama", "qwen3_5", "deepseek_v3"]
+Arch = Literal["llama", "qwen3_5", "deepseek_v3", "olmo3"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,39 @@ class Qwen35Shape:
 
 
 @dataclass(frozen=True)
+class Olmo3Shape:
+    """OLMo 3 (``olmo3``): interleaved sliding-window attention. Of the families with a sliding window, the one that
+    stock mlx-lm 0.32 (models/olmo3.py: RotatingKVCache on the sliding layers) and SGLang 0.5.23's CPU engine path
+    (models/olmo2.py, which serves Olmo3ForCausalLM: the torch_native backend's sliding-window mask) both run;
+    SGLang refuses exaone4 with a sliding pattern on torch_native, and reads no window for llama or ministral3.
+    Every ``full_attention_interval``-th layer is global, the others look back ``sliding_window`` tokens (the current
+    one included). Post-norm blocks; q/k RMSNorm over the whole projection."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    sliding_window: int
+    full_attention_interval: int = 4
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+
+    @property
+    def head_dim(self) -> int:
+        """SGLang's olmo2 sizes q_norm by hidden_size: heads x head_dim must equal it."""
+        return self.hidden_size // self.num_attention_heads
+
+    def layer_types(self) -> list[str]:
+        return [
+            "full_attention" if (i + 1) % self.full_attention_interval == 0 else "sliding_attention"
+            for i in range(self.num_hidden_layers)
+        ]
+
+
+@dataclass(frozen=True)
 class DeepseekV3Shape:
     hidden_size: int
     num_hidden_layers: int
@@ -103,7 +136,7 @@ class RandomRecipe:
 
     description: str
     arch: Arch
-    shape: LlamaShape | Qwen35Shape | DeepseekV3Shape
+    shape: LlamaShape | Qwen35Shape | DeepseekV3Shape | Olmo3Shape
     init_scale: float = 1.0
 
 
@@ -140,6 +173,10 @@ class HeavyRecipe:
 
 
 Recipe = RandomRecipe | TrainedRecipe | HeavyRecipe
+
+SLIDING_WINDOW = 4
+"""The window of ``olmo3-swa-random``: below the token length of every built-in prompt (6 to 32 tokens), so each
+check's prompt already runs past it."""
 
 
 _LLAMA_TARGET = LlamaShape(
@@ -189,6 +226,15 @@ _DEEPSEEK_V3 = DeepseekV3Shape(
     first_k_dense_replace=58,
 )
 
+_OLMO3_SWA = Olmo3Shape(
+    hidden_size=128,
+    num_hidden_layers=4,
+    intermediate_size=256,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    sliding_window=SLIDING_WINDOW,
+)
+
 _TARGET_TRAIN = TrainSpec(steps=240, batch_size=16, seq_len=64, learning_rate=3e-3)
 _DRAFT_TRAIN = TrainSpec(steps=300, batch_size=16, seq_len=64, learning_rate=5e-3)
 _QWEN_TRAIN = TrainSpec(steps=200, batch_size=16, seq_len=48, learning_rate=3e-3)
@@ -228,6 +274,11 @@ _KINDS: dict[str, Recipe] = {
         "deepseek_v3 (MLA + MoE), hidden 64, 61 layers (3 MoE), random weights, MTP layer 61",
         "deepseek_v3",
         _DEEPSEEK_V3,
+    ),
+    "olmo3-swa-random": RandomRecipe(
+        f"olmo3, hidden 128, 4 layers (3 sliding-window of {SLIDING_WINDOW} tokens + 1 global), random weights",
+        "olmo3",
+        _OLMO3_SWA,
     ),
     "llama-target": TrainedRecipe(
         "llama target, hidden 256, 4 layers, trained on the corpus", "llama", _LLAMA_TARGET, _TARGET_TRAIN
