@@ -5,7 +5,7 @@ flag_off, before, after, holds, sites, note; plus time). Driver side: imports ov
 ``resolve(root, engine)``: every declared ``Overlay-Mechanism`` of ``patches/ENGINE`` with the probe planned for it
 (plan.probe_for, by patch-name prefix and scenario), or the reason one GPU cannot measure it (plan.NotOnOneGpu), or
 "unplanned" (a gap: tests/census/test_device_plan.py fails on it). ``records(resolved, report)``: one record per
-declared mechanism; ``holds`` is decided as the CPU census decides it (overlay.check.census.decide): for an opt-in
+declared mechanism; ``holds`` is decided as the CPU census decides it (overlay.check.census_rules.decide): for an opt-in
 patch between the patched arm with the flag off and on, for an always-on patch between stock and the whole series
 (no series-prefix arms on the device).
 """
@@ -22,7 +22,8 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import plan
 
-from overlay.check.census import decide, switch_for
+from overlay.check.census import switch_for
+from overlay.check.census_rules import decide
 from overlay.core.series import load_series
 
 

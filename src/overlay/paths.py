@@ -28,6 +28,11 @@ class Layout:
         return self.build / "wheels"
 
     @property
+    def check_wheels(self) -> Path:
+        """The patched wheels ``overlay check`` runs (the series and the census's prefixes), cached by content."""
+        return self.build / "check-wheels"
+
+    @property
     def state(self) -> Path:
         """Last-build records per engine (``overlay list``)."""
         return self.build / "state"

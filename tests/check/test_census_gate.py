@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from overlay.check import census
-from overlay.check.census import Census, Variant, aggregate, decide, switch_for
+from overlay.check import census, census_report
+from overlay.check.census import Census, Variant, switch_for
+from overlay.check.census_rules import aggregate, decide
 from overlay.check.envs import Arm
 from overlay.core.mechanism import parse_flag
 from overlay.core.series import parse_patch_bytes
@@ -198,14 +199,14 @@ def test_records_judge_the_patch_s_own_effect(tmp_path: Path) -> None:
     assert all(
         req["task"] == "census" and req["steps"] == 3 and req["model"] == "/m" for _n, req, _e in fake.calls
     )
-    gates = census.gates(recs)
+    gates = census_report.gates(recs)
     assert [(g["subject"], g["gate"], g["passed"]) for g in gates] == [
         ("0002-opt-in.patch", "evals-per-token decreases in decode-token", False)
     ]
-    assert census.gates(recs, enforce=False) == []
-    assert census.summary(recs) == {"declared": 5, "hold": 2, "do_not_hold": 1, "not_measured": 2}
-    assert census.top_sites_diff(r1) == [("gen.py:10", 100.0, 90.0)]
-    assert census.line(evals).startswith(
+    assert census_report.gates(recs, enforce=False) == []
+    assert census_report.summary(recs) == {"declared": 5, "hold": 2, "do_not_hold": 1, "not_measured": 2}
+    assert census_report.top_sites_diff(r1) == [("gen.py:10", 100.0, 90.0)]
+    assert census_report.line(evals).startswith(
         "mechanism DOES NOT HOLD 0002-opt-in.patch: evals-per-token decreases"
     )
 
@@ -236,9 +237,9 @@ def test_report_html_and_terminal_show_the_census(tmp_path: Path) -> None:
             "patched": {"wheel": "p.whl", "version": "1+o"},
         },
         "series": {"class": "exact", "patches": []},
-        "gates": census.gates(recs),
+        "gates": census_report.gates(recs),
         "mechanism": recs,
-        "mechanism_summary": {**census.summary(recs), "steps": 4, "gated": True},
+        "mechanism_summary": {**census_report.summary(recs), "steps": 4, "gated": True},
     }
     page = render(report)
     assert "<h2>Mechanism census</h2>" in page and "DOES NOT HOLD" in page and "0001-x.patch" in page
@@ -264,7 +265,7 @@ def test_a_failing_census_task_is_not_measured_never_holding(tmp_path: Path) -> 
     assert (
         recs[0]["holds"] is None and "census task failed" in recs[0]["note"] and "no entry" in recs[0]["note"]
     )
-    assert census.gates(recs) == []
+    assert census_report.gates(recs) == []
 
 
 # ------------------------------------------------------------------ (b) the real mlx-lm arms

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from overlay.check.endpoints import EndpointOptions, normalize_url, run_endpoints
+from overlay.check.endpoints import EndpointOptions, run_endpoints
+from overlay.check.endpoints_client import normalize_url
 from overlay.errors import CheckFailed, UsageError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,13 +7,8 @@ it off; same scenario, same inputs, each configuration once (cached per arm, sce
 The patch's own effect is what is judged, never another patch of the series: ``holds`` compares ``before`` with
 ``after``, where for an opt-in patch (an env or CLI flag) before/after are the patched arm with the flag off/on, and for
 an always-on patch (``Overlay-Flag: default``) they are the series prefixes without and with it (``overlay apply
---upto``; the prefix without patch 1 is stock). The direction decides:
-
-- ``decreases`` / ``increases``: after below / above before.
-- ``unchanged``: equal within ``TOLERANCE`` (census counts are deterministic per step; averages of integers), or
-  within ``RELATIVE_TOLERANCE`` of before for the metrics read from an allocator (peak-memory, bytes-moved); a
-  decrease or increase must exceed the same bound.
-- ``becomes-true``: before false or null, after true.
+--upto``; the prefix without patch 1 is stock). overlay.check.census_rules decides whether it holds (the direction,
+the tolerances); overlay.check.census_report turns the records into counts, gates and lines.
 
 A scenario the engine cannot run here, a metric its census does not count, or a census task that fails gives
 ``holds: None`` with the reason: "not measured", never counted as holding. Pure: no printing; the caller reports.
@@ -27,24 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from overlay.check.census_rules import aggregate, decide, is_number, tolerance
 from overlay.check.envs import Arm
-from overlay.core.mechanism import BOOLEAN_METRICS, Flag, Mechanism
+from overlay.core.mechanism import Flag, Mechanism
 from overlay.core.series import Patch
 from overlay.errors import OverlayError
 from overlay.schemas.documents import CensusRequest, WorkerRequest
-
-TOLERANCE = 1e-6  # absolute, per step: counts are exact integers averaged over the census steps
-# Relative noise floors of the metrics read from an allocator, not counted: which buffers are alive at a high-water
-# mark depends on how a backend's worker thread and the caller interleave (mlx's CPU stream frees an evaluation's
-# intermediates while the next are allocated). Measured on mlx[cpu], llama-random, repeated stock runs: peak-memory
-# within 0.3%, bytes-moved (per step, 4 steps) within 20%.
-RELATIVE_TOLERANCE = {"peak-memory": 0.01, "bytes-moved": 0.3}
-
-
-def tolerance(metric: str | None, ref: float) -> float:
-    """The smallest change of ``metric`` from ``ref`` that counts as a change."""
-    return max(TOLERANCE, RELATIVE_TOLERANCE.get(metric or "", 0.0) * abs(ref))
-
 
 DEFAULT_STEPS = 4
 
@@ -69,36 +52,6 @@ def switch_for(flags: Sequence[Flag]) -> Switch:
     env = tuple(sorted((k, v) for f in flags for k, v in f.environ.items()))
     options = tuple(sorted((f.name, f.value) for f in flags if f.kind == "cli"))
     return Switch(env=env, options=options, default=not env and not options)
-
-
-def decide(metric: str, direction: str, before: Any, after: Any) -> tuple[bool | None, str]:
-    """``holds`` for one declared mechanism (before: without the patch's effect, after: with it), and why (a short
-    phrase). None: not measured."""
-    if metric in BOOLEAN_METRICS or direction == "becomes-true":
-        if after is None:
-            return None, f"{metric} not measured with the patch"
-        if direction == "becomes-true":
-            ok = after is True and not before
-            return ok, f"{before} -> {after}"
-        return bool(after) == bool(before), f"{before} -> {after}"
-    if not _is_number(before) or not _is_number(after):
-        return None, f"{metric} not counted ({before} -> {after})"
-    ok = _moves(direction, float(before), float(after), tolerance(metric, float(before)))
-    return ok, f"{_fmt(before)} -> {_fmt(after)}" + ("" if ok else f": does not {direction[:-1]}")
-
-
-def _moves(direction: str, ref: float, value: float, tol: float = TOLERANCE) -> bool:
-    if direction == "decreases":
-        return value < ref - tol
-    if direction == "increases":
-        return value > ref + tol
-    if direction == "unchanged":
-        return abs(value - ref) <= tol
-    raise ValueError(f"unknown direction {direction!r}")
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -169,40 +122,6 @@ def _value(result: dict[str, Any], metric: str) -> Any:
 
 Label = Callable[[Mechanism, dict[str, Any], dict[str, Any]], str | None]
 PrefixArm = Callable[[int], Arm]  # the arm of the series' first N patches (0: stock)
-
-
-def _against(direction: str, before: Any, after: Any, metric: str | None = None) -> bool:
-    """``after`` moved opposite to the declared direction (or, for becomes-true, became false)."""
-    if direction == "becomes-true":
-        return before is True and after is not True
-    if not _is_number(before) or not _is_number(after):
-        return False
-    tol = tolerance(metric, float(before))
-    if direction == "decreases":
-        return float(after) > float(before) + tol
-    if direction == "increases":
-        return float(after) < float(before) - tol
-    return False
-
-
-def aggregate(
-    direction: str, per_variant: Sequence[dict[str, Any]], metric: str | None = None
-) -> tuple[bool | None, str]:
-    """``holds`` over the census variants: ``unchanged`` must hold in every measured one; a change must show in at
-    least one and go the other way in none (a patch may act only on the models whose code it changes)."""
-    measured = [v for v in per_variant if v["holds"] is not None]
-    if not measured:
-        return None, "not measured in any census variant"
-    if direction == "unchanged":
-        bad = [v["variant"] for v in measured if not v["holds"]]
-        return (not bad), ("unchanged in every variant" if not bad else f"changes in {', '.join(bad)}")
-    good = [v["variant"] for v in measured if v["holds"]]
-    wrong = [v["variant"] for v in measured if _against(direction, v["before"], v["after"], metric)]
-    if wrong:
-        return False, f"moves against the declaration in {', '.join(wrong)}"
-    if not good:
-        return False, f"no change in any variant ({', '.join(v['variant'] for v in measured)})"
-    return True, f"{direction} in {', '.join(good)}"
 
 
 def record_for(
@@ -326,7 +245,7 @@ def record_for(
         "before": b.get("detail"),
         "after": a.get("detail"),
     }
-    if r["flag_off"] is not None and _is_number(r["flag_off"]) and _is_number(r["stock"]):
+    if r["flag_off"] is not None and is_number(r["flag_off"]) and is_number(r["stock"]):
         rec["gated"] = abs(float(r["flag_off"]) - float(r["stock"])) <= tolerance(
             mech.metric, float(r["stock"])
         )
@@ -392,68 +311,3 @@ def census_records(
                 )
             )
     return records
-
-
-def summary(records: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {
-        "declared": len(records),
-        "hold": sum(r["holds"] is True for r in records),
-        "do_not_hold": sum(r["holds"] is False for r in records),
-        "not_measured": sum(r["holds"] is None for r in records),
-    }
-
-
-def gates(records: Sequence[dict[str, Any]], *, enforce: bool = True) -> list[dict[str, Any]]:
-    """A failed gate per declared mechanism that does not hold (none when not ``enforce``d)."""
-    out = []
-    for r in records:
-        if r["holds"] is False and enforce:
-            out.append(
-                {
-                    "subject": r["patch"],
-                    "class": "mechanism",
-                    "gate": r["declared"],
-                    "passed": False,
-                    "detail": f"stock {_fmt(r['stock'])}, patched {_fmt(r['patched'])} (flag {r['flag']}); "
-                    f"{r['note']}",
-                }
-            )
-    return out
-
-
-def _fmt(x: Any) -> str:
-    return f"{x:.4g}" if _is_number(x) else str(x)
-
-
-def top_sites_diff(record: dict[str, Any], top: int = 6) -> list[tuple[str, float, float]]:
-    """Where the metric moved, from before to after the patch: (site, before, after), largest changes first."""
-    sites = record.get("sites") or {}
-    s = {k: float(v) for k, v in sites.get("before", sites.get("stock", []))}
-    p = {k: float(v) for k, v in sites.get("after", sites.get("patched", []))}
-    rows = [(k, s.get(k, 0.0), p.get(k, 0.0)) for k in set(s) | set(p)]
-    rows = [r for r in rows if abs(r[2] - r[1]) > TOLERANCE]
-    rows.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
-    return rows[:top]
-
-
-def top_primitives_diff(record: dict[str, Any], top: int = 8) -> list[tuple[str, float, float]]:
-    """Which primitives moved, from before to after (from the engines that report a histogram in ``detail``)."""
-    detail = record.get("detail") or {}
-    hist = [
-        {k: float(v) for k, v in ((detail.get(side) or {}).get("primitives") or [])}
-        for side in ("before", "after")
-    ]
-    rows = [(k, hist[0].get(k, 0.0), hist[1].get(k, 0.0)) for k in set(hist[0]) | set(hist[1])]
-    rows = [r for r in rows if abs(r[2] - r[1]) > TOLERANCE]
-    rows.sort(key=lambda r: (-abs(r[2] - r[1]), r[0]))
-    return rows[:top]
-
-
-def line(record: dict[str, Any]) -> str:
-    """One terminal line per record."""
-    verdict = {True: "holds", False: "DOES NOT HOLD", None: "not measured"}[record["holds"]]
-    return (
-        f"mechanism {verdict:<13} {record['patch'][:48]}: {record['declared']} [flag {record['flag']}] "
-        f"stock {_fmt(record['stock'])} patched {_fmt(record['patched'])}"
-        + (f"  ({record['note']})" if record.get("note") else "")
-    )

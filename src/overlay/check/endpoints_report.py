@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # endpoints calls finish(): the options type only, no import 
 def finish(
     root: Path, options: EndpointOptions, report: dict[str, Any], gates: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    from overlay.check.endpoints_html import render_endpoints
     from overlay.check.host import load_average
-    from overlay.check.html import render_endpoints
 
     report["host"]["load_average_end"] = load_average()
     for g in gates:

@@ -8,7 +8,11 @@ are interleaved (stock, patched, stock-b, then rotated), after a warm-up inside 
 paired log-ratio interval and a verdict (overlay.check.measures). The mechanism census (overlay.check.census) gates
 the full check by default. The report is written (atomically) before a failing gate raises CheckFailed (exit 4).
 
-Modules: options (CheckOptions), flags, inputs (prompts, corpus), artifacts (given wheels), measures, sampling
+The patched wheel and the census's prefix wheels come from overlay.check.wheelcache: built once per content (pin,
+series bytes, build recipe), verified on every hit; the report's ``wheel_cache`` and a note say which were reused.
+
+Modules: options (CheckOptions), flags, inputs (prompts, corpus), artifacts (given wheels), wheelcache (patched
+wheels), measures, comparisons (the engine path: greedy, logits, speculative, sampling, speed, per-patch), sampling
 (temperature > 0), steps (census, speculation, per-patch), gates (gates, verdict, files), host (machine facts).
 """
 
@@ -20,26 +24,24 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from overlay.check import sampling
-from overlay.check.adapter import EngineAdapter, Models
+from overlay.check.adapter import EngineAdapter
 from overlay.check.artifacts import given_wheel, patches_of
+from overlay.check.comparisons import engine_checks
 from overlay.check.envs import Arm, arm_env
 from overlay.check.flags import FlagChoice, choose
-from overlay.check.gates import check_speed_gate, finish, gates_for, speed_gate
+from overlay.check.gates import check_speed_gate, finish
 from overlay.check.host import backend_versions, host_facts, requirement_names
-from overlay.check.inputs import PromptSpec, load_corpus, load_prompts, prompt_set, teacher_sequences
-from overlay.check.measures import compare_greedy, logit_agreement, speed_block, speed_runs
+from overlay.check.inputs import PromptSpec, load_corpus, load_prompts
 from overlay.check.options import CLASS_ORDER, REPORT_VERSION, CheckOptions, series_class
-from overlay.check.steps import mechanism_step, per_patch, spec_protocol
+from overlay.check.steps import mechanism_step
 from overlay.check.surface import compare, wheel_surface
+from overlay.check.wheelcache import patched_wheel
 from overlay.core.archive_policy import MemberPolicy
-from overlay.core.build import apply_engine
 from overlay.core.fetch import fetch_artifact
 from overlay.core.manifest import Manifest, load_engine
 from overlay.core.series import Patch, load_engine_series
 from overlay.core.wheels import read_wheel
 from overlay.errors import UsageError
-from overlay.fsutil import owned_scratch
 from overlay.paths import layout
 from overlay.progress import NullReporter, Reporter
 from overlay.schemas.documents import WorkerRequest
@@ -107,17 +109,20 @@ def _wheels(
     patches: tuple[Patch, ...],
     options: CheckOptions,
     report_notes: list[str],
+    wheel_log: list[dict[str, Any]],
     reporter: Reporter,
 ) -> tuple[Path, Path, str, tuple[Patch, ...], list[str]]:
-    """Stock wheel, patched wheel, series sha, the series patches the patched wheel holds, extra classes."""
+    """Stock wheel, patched wheel, series sha, the series patches the patched wheel holds, extra classes. A wheel
+    built here (from the cache or not) is recorded in ``wheel_log``."""
     if options.stock_wheel is not None:
         stock_wheel = given_wheel(options.stock_wheel, manifest, option="--stock-wheel", patched=False).path
         report_notes.append(f"stock arm: the given wheel {stock_wheel.name} (not the pinned artifact)")
     else:
         stock_wheel = fetch_artifact(root, manifest, manifest.upstream.primary, reporter=reporter)
     if options.patched_wheel is None:
-        build = apply_engine(root=root, engine=options.engine, reporter=reporter)
-        return stock_wheel, build.wheel, build.provenance["series"]["sha256"], patches, []
+        built = patched_wheel(root=root, engine=options.engine, reporter=reporter)
+        wheel_log.append(built.record("patched"))
+        return stock_wheel, built.wheel, built.series_sha256, patches, []
     given = given_wheel(options.patched_wheel, manifest, option="--patched-wheel", patched=True)
     held, notes = patches_of(given, patches)
     report_notes.append(
@@ -143,8 +148,9 @@ def run_check(
     docs = load_corpus(options.corpus_file) if options.corpus_file else None
     host = host_facts()
     notes: list[str] = []
-    stock_wheel, patched_wheel, series_sha, held, extra_classes = _wheels(
-        root, manifest, series.patches, options, notes, reporter
+    wheel_log: list[dict[str, Any]] = []
+    stock_wheel, patched_path, series_sha, held, extra_classes = _wheels(
+        root, manifest, series.patches, options, notes, wheel_log, reporter
     )
     if len(held) != len(series.patches):
         flags = dataclasses.replace(
@@ -154,10 +160,14 @@ def run_check(
         )
     adapter = _FlaggedAdapter(adapter, flags.options, {"patched"})
     stock = arm_env(root, manifest, stock_wheel, name="stock", reporter=reporter)
-    plain = arm_env(root, manifest, patched_wheel, name="patched", reporter=reporter)
+    plain = arm_env(root, manifest, patched_path, name="patched", reporter=reporter)
     # the census sets each patch's own flags on the plain arm (its flag-off baseline must stay off)
     patched = dataclasses.replace(plain, env={**plain.env, **flags.env})
     stock_b = dataclasses.replace(stock, name="stock-b")
+    # the CLI options the comparison tasks take, asked of the patched arm
+    reach = getattr(adapter, "option_reach", None)
+    if reach is not None and flags.options:
+        flags = dataclasses.replace(flags, reached=frozenset(reach(patched, flags.options)))
     active_class = _active_class(flags, extra_classes)
     host["versions"] = {
         "stock": backend_versions(
@@ -195,12 +205,13 @@ def run_check(
             "temperature": options.temperature,
         },
         "notes": notes,
+        "wheel_cache": wheel_log,  # the patched wheels built for this check; the census adds its prefixes
     }
     cli_only = [p for p in flags.active if p not in flags.exercised]
     if cli_only:
         notes.append(
-            f"{len(cli_only)} patch(es) turned on by a CLI option only reach the census, not the output and "
-            "speed comparisons: " + ", ".join(p.name.split("-", 1)[0] for p in cli_only)
+            f"{len(cli_only)} patch(es) turned on by a CLI option no comparison task takes (only the census ran "
+            "with it): " + ", ".join(p.name.split("-", 1)[0] for p in cli_only)
         )
     if flags.inactive:
         notes.append(
@@ -211,7 +222,7 @@ def run_check(
     gates: list[dict[str, Any]] = []
     if not options.mechanism:
         reporter.step("check", "static drop-in check: public surface of the patched wheel vs stock")
-        report["surface"] = compare(_surface(stock_wheel, manifest), _surface(patched_wheel, manifest))
+        report["surface"] = compare(_surface(stock_wheel, manifest), _surface(patched_path, manifest))
         gates.append(
             {
                 "subject": "series",
@@ -257,7 +268,7 @@ def run_check(
             options=options,
             reporter=reporter,
         )
-        return finish(root, options, manifest, report, gates)
+        return _finish(root, options, manifest, report, gates)
 
     report["mode"] = "mechanism" if options.mechanism else "engine"
     models = adapter.models(
@@ -289,8 +300,8 @@ def run_check(
     )
     if options.mechanism:
         report.update(dict.fromkeys(_NONE))
-        return finish(root, options, manifest, report, gates)
-    _engine_checks(
+        return _finish(root, options, manifest, report, gates)
+    engine_checks(
         report,
         gates,
         root=root,
@@ -305,219 +316,28 @@ def run_check(
         docs=docs,
         reporter=reporter,
     )
+    return _finish(root, options, manifest, report, gates)
+
+
+def _finish(
+    root: Path, options: CheckOptions, manifest: Manifest, report: dict[str, Any], gates: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The report's last step (overlay.check.gates.finish), after a note naming the wheels the cache gave."""
+    log = report["wheel_cache"]
+    reused = [w["arm"] for w in log if w["from_cache"]]
+    if reused:
+        built = [w["arm"] for w in log if not w["from_cache"]]
+        report["notes"].append(
+            f"wheels: {len(reused)} of {len(log)} patched wheel(s) from the check's wheel cache (inputs unchanged, "
+            f"sha256 verified; {layout(root).check_wheels}): {', '.join(reused)}"
+            + (f"; built now: {', '.join(built)}" if built else "")
+        )
     return finish(root, options, manifest, report, gates)
 
 
 def _active_class(flags: FlagChoice, extra: list[str]) -> str:
     classes = [series_class(flags.exercised), *extra]
     return max(classes, key=lambda c: CLASS_ORDER.get(c, 2))
-
-
-def _engine_checks(
-    report: dict[str, Any],
-    gates: list[dict[str, Any]],
-    *,
-    root: Path,
-    manifest: Manifest,
-    adapter: EngineAdapter,
-    arms: tuple[Arm, Arm, Arm],
-    models: Models,
-    options: CheckOptions,
-    flags: FlagChoice,
-    active_class: str,
-    specs: list[PromptSpec] | None,
-    docs: list[str] | None,
-    reporter: Reporter,
-) -> None:
-    stock, patched, _stock_b = arms
-    tasks = adapter.tasks()
-    notes: list[str] = report["notes"]
-    with owned_scratch(layout(root).tmp, f"check-{manifest.name}") as tmp:
-        prompts, prompt_ids, source = prompt_set(adapter, stock, models, specs)
-        report["inputs"]["prompt_set"] = source
-        runs: dict[str, dict[str, Any]] = {}
-        noise_greedy = None
-        report["greedy"] = None
-        if "greedy" in tasks:
-            reporter.step("check", f"greedy: {len(prompts)} prompts x {options.max_tokens} tokens, 3 arms")
-            for arm in arms:
-                (tmp / f"g-{arm.name}").mkdir()
-                runs[arm.name] = adapter.run(
-                    arm,
-                    {
-                        "task": "greedy",
-                        "model": str(models.target),
-                        "prompts": prompt_ids,
-                        "max_tokens": options.max_tokens,
-                        "out": str(tmp / f"g-{arm.name}"),
-                    },
-                )
-            report["greedy"] = compare_greedy(runs["stock"], runs["patched"], prompts)
-            report["greedy"]["max_tokens"] = options.max_tokens
-            noise_greedy = compare_greedy(runs["stock"], runs["stock-b"], prompts)
-        logits = noise_logits = None
-        if "logits" in tasks:
-            positions = options.positions
-            cap = getattr(adapter, "max_positions", None)
-            if cap is not None and positions > cap:
-                notes.append(
-                    f"teacher-forced positions capped at {cap} for {manifest.name} (the engine returns "
-                    "full-vocabulary logprobs through its API, which is slow on CPU)"
-                )
-                positions = cap
-            seqs = teacher_sequences(
-                adapter, stock, models, positions=positions, seq_len=options.seq_len, docs=docs
-            )
-            reporter.step(
-                "check", f"logits: teacher-forced, {sum(len(s) - 1 for s in seqs)} positions, 3 arms"
-            )
-            files: dict[str, list[str]] = {}
-            for arm in arms:
-                (tmp / f"l-{arm.name}").mkdir()
-                files[arm.name] = adapter.run(
-                    arm,
-                    {
-                        "task": "logits",
-                        "model": str(models.target),
-                        "sequences": seqs,
-                        "vocab_size": prompts[0].get("vocab_size"),
-                        "out": str(tmp / f"l-{arm.name}"),
-                    },
-                )["files"]
-            logits = logit_agreement(files["stock"], files["patched"], seqs)
-            noise_logits = logit_agreement(files["stock"], files["stock-b"], seqs)
-            for arm_files in files.values():
-                for f in arm_files:
-                    Path(f).unlink(missing_ok=True)
-        report["logits"] = logits
-        spec = None
-        if "spec" in tasks and models.draft is not None:
-            spec = spec_protocol(adapter, stock, patched, models, prompt_ids, runs, options, tmp, reporter)
-        report["speculative"] = spec
-        if spec and "real" in spec:
-            spec["acceptance_length"] = spec["real"]["patched"]["acceptance_length"]
-            spec["acceptance_rate"] = spec["real"]["patched"]["acceptance_rate"]
-        report["sampling"] = _sampling(
-            report,
-            gates,
-            manifest=manifest,
-            stock=stock,
-            patched=patched,
-            models=models,
-            prompt_ids=prompt_ids,
-            prompts=prompts,
-            options=options,
-            flags=flags,
-            active_class=active_class,
-            reporter=reporter,
-        )
-        speed = noise_speed = None
-        if "speed" in tasks:
-            reporter.step(
-                "check",
-                f"speed: {options.reps} interleaved repetitions x 3 arms (warm-up inside each process)",
-            )
-            samples = speed_runs(
-                adapter,
-                list(arms),
-                models,
-                prompt_ids[0] * 4,
-                reps=options.reps,
-                decode_tokens=options.decode_tokens,
-                reporter=reporter,
-                cold="cold" in tasks,
-            )
-            speed = speed_block(samples, "patched", "stock")
-            noise_speed = speed_block(samples, "stock-b", "stock")["ratio"]
-            if options.reps < 5:
-                notes.append(
-                    f"speed: {options.reps} repetition(s); intervals from fewer than 5 paired repetitions are "
-                    "wide, and with 1 there is none (every speed verdict reads inconclusive)"
-                )
-        report["speed"] = speed
-        report["noise_floor"] = {"greedy": noise_greedy, "logits": noise_logits, "speed_ratio": noise_speed}
-        gates += gates_for(
-            active_class, greedy=report["greedy"], logits=logits, spec=spec, manifest=manifest, who="series"
-        )
-        if options.min_speedup is not None and speed is not None:
-            gates.append(speed_gate(speed["ratio"]["decode"], options.min_speedup))
-        if options.per_patch:
-            report["per_patch"] = per_patch(
-                root,
-                manifest,
-                adapter,
-                stock,
-                models,
-                prompts,
-                prompt_ids,
-                options,
-                tmp,
-                reporter,
-                gates,
-                flag_env=flags.env,
-                active={p.name for p in flags.active},
-                docs=docs,
-            )
-
-
-def _sampling(
-    report: dict[str, Any],
-    gates: list[dict[str, Any]],
-    *,
-    manifest: Manifest,
-    stock: Arm,
-    patched: Arm,
-    models: Models,
-    prompt_ids: list[list[int]],
-    prompts: list[dict[str, Any]],
-    options: CheckOptions,
-    flags: FlagChoice,
-    active_class: str,
-    reporter: Reporter,
-) -> dict[str, Any] | None:
-    if options.temperature <= 0:
-        return None
-    if not sampling.available(manifest.name):
-        report["notes"].append(
-            f"--temperature {options.temperature:g}: no sampling worker for {manifest.name}; the "
-            "distribution check did not run"
-        )
-        return None
-    n = min(sampling.SAMPLE_PROMPTS, len(prompt_ids))
-    seeds = list(range(1, options.samples + 1))
-    reporter.step(
-        "check",
-        f"sampling at T={options.temperature:g}: {n} prompts x {len(seeds)} seeds x "
-        f"{options.sample_positions} positions, 2 arms",
-    )
-    out = {}
-    for arm in (stock, patched):
-        out[arm.name] = sampling.sample(
-            manifest.name,
-            arm,
-            models.target,
-            prompt_ids[:n],
-            temperature=options.temperature,
-            seeds=seeds,
-            positions=options.sample_positions,
-            options=flags.options if arm.name == "patched" else None,
-        )
-    result = sampling.compare(
-        out["stock"],
-        out["patched"],
-        categories=[p["category"] for p in prompts[:n]],
-        temperature=options.temperature,
-        positions=options.sample_positions,
-    )
-    if active_class in ("exact", "lossless"):
-        gates.append(sampling.gate(result, active_class))
-    else:
-        result["gated"] = False
-        report["notes"].append(
-            f"sampling at T={options.temperature:g}: reported, not gated (the active patches are "
-            f"{active_class}: their distribution may differ)"
-        )
-    return result
 
 
 def _wheel_of(arm: Arm) -> dict[str, str]:

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from overlay.check import census as census_mod
-from overlay.check import stats
+from overlay.check import census_report, stats
 from overlay.check.adapter import EngineAdapter, Models
+from overlay.check.census_rules import RELATIVE_TOLERANCE, TOLERANCE
 from overlay.check.envs import Arm, arm_env
 from overlay.check.gates import gates_for
 from overlay.check.inputs import never_right_draft, teacher_sequences
 from overlay.check.measures import compare_greedy, logit_agreement, spec_summary, speed_runs
 from overlay.check.options import CheckOptions
-from overlay.core.build import apply_engine
+from overlay.check.wheelcache import patched_wheel
 from overlay.core.manifest import Manifest, load_engine
 from overlay.core.series import Patch, load_engine_series
 from overlay.progress import Reporter
@@ -67,8 +68,9 @@ def mechanism_step(
     def prefix_arm(n: int) -> Arm:
         if n not in prefixes:
             manifest = load_engine(root, options.engine)
-            build = apply_engine(root=root, engine=options.engine, upto=n, reporter=reporter)
-            prefixes[n] = arm_env(root, manifest, build.wheel, name=f"upto-{n}", reporter=reporter)
+            built = patched_wheel(root=root, engine=options.engine, upto=n, reporter=reporter)
+            report.setdefault("wheel_cache", []).append(built.record(f"upto-{n}"))
+            prefixes[n] = arm_env(root, manifest, built.wheel, name=f"upto-{n}", reporter=reporter)
         return prefixes[n]
 
     label = getattr(adapter, "census_label", None)
@@ -85,15 +87,15 @@ def mechanism_step(
         unavailable=unavailable,
     )
     report["mechanism"] = records
-    counts = census_mod.summary(records)
+    counts = census_report.summary(records)
     report["mechanism_summary"] = {
         **counts,
         "census_runs": census.runs,
         "steps": options.census_steps,
         "variants": [{"name": v.name, "model": v.model, **dict(v.extra)} for v in variants],
         "gated": gate,
-        "tolerance": census_mod.TOLERANCE,
-        "relative_tolerance": dict(census_mod.RELATIVE_TOLERANCE),
+        "tolerance": TOLERANCE,
+        "relative_tolerance": dict(RELATIVE_TOLERANCE),
     }
     if counts["do_not_hold"]:
         report["notes"].append(
@@ -109,7 +111,7 @@ def mechanism_step(
         report["notes"].append(
             f"mechanism: {counts['not_measured']} of {counts['declared']} declared not measured here"
         )
-    gates += census_mod.gates(records, enforce=gate)
+    gates += census_report.gates(records, enforce=gate)
 
 
 def spec_protocol(
@@ -181,14 +183,18 @@ def per_patch(
     flag_env: Mapping[str, str] | None = None,
     active: set[str] | None = None,
     docs: list[str] | None = None,
+    wheel_log: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each patch against the prefix before it. With ``flag_env`` the prefixes run with the chosen flags; a patch
-    not in ``active`` (its flag off) is gated as exact: off must be off."""
+    not in ``active`` (its flag off) is gated as exact: off must be off. The prefix wheels (overlay.check.wheelcache)
+    are recorded in ``wheel_log``."""
     series = load_engine_series(root, manifest)
     arms = [stock]
     for i in range(1, len(series.patches) + 1):
-        build = apply_engine(root=root, engine=manifest.name, upto=i, reporter=reporter)
-        arm = arm_env(root, manifest, build.wheel, name=f"upto-{i}", reporter=reporter)
+        built = patched_wheel(root=root, engine=manifest.name, upto=i, reporter=reporter)
+        if wheel_log is not None:
+            wheel_log.append(built.record(f"upto-{i}"))
+        arm = arm_env(root, manifest, built.wheel, name=f"upto-{i}", reporter=reporter)
         arms.append(dataclasses.replace(arm, env={**arm.env, **flag_env}) if flag_env else arm)
     tasks = adapter.tasks()
     greedy: dict[str, dict[str, Any]] = {}
