@@ -6,9 +6,10 @@ class is the weakest numerics class of the active patches the comparisons exerci
 patch's code is in the wheel but does not run, so it does not loosen the gate of the patches that do.
 
 Environment flags are set in the patched arm's processes. CLI options are passed to each task request as
-``options`` (the engine's Python API takes no CLI); only the census task reads them today, so a patch turned on by a
-CLI option is active but not *exercised* by the output and speed comparisons: listed as such, and not counted in
-the gate class.
+``options`` (the engine's Python API takes no CLI); the engine's worker turns those its generating tasks take into
+keyword arguments (``reached``: asked of the patched arm before the comparisons, through the adapter's
+``option_reach``). A patch turned on by a CLI option no comparison task takes is active but not *exercised*: listed
+as such, and not counted in the gate class.
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ class FlagChoice:
     selected: tuple[Flag, ...]  # the opt-in flags set in the patched arm
     active: tuple[Patch, ...]  # patches whose every flag is on (default patches included)
     inactive: tuple[Patch, ...]  # opt-in patches left off
+    reached: frozenset[str] = frozenset()  # the CLI options the output and speed comparisons' tasks apply
 
     @property
     def exercised(self) -> tuple[Patch, ...]:
         """Active patches the output and speed comparisons run: every opt-in flag of theirs is an environment
-        variable (a CLI option does not reach those tasks). The gate class comes from these."""
-        return tuple(p for p in self.active if all(f.kind in ("env", "default") for f in p.flags))
+        variable or a CLI option those tasks apply (``reached``). The gate class comes from these."""
+        return tuple(
+            p
+            for p in self.active
+            if all(f.kind in ("env", "default") or f.name in self.reached for f in p.flags)
+        )
 
     @property
     def env(self) -> dict[str, str]:
@@ -62,10 +68,9 @@ class FlagChoice:
         not_exercised += [
             {
                 "patch": p.name,
-                "flags": [f.text for f in p.flags if f.kind == "cli"],
-                "why": "a CLI option: it reaches the tasks as request `options`, which only the census "
-                "task reads, so greedy, logits, sampling and speed ran without it (not counted in "
-                "the gate class)",
+                "flags": [f.text for f in p.flags if f.kind == "cli" and f.name not in self.reached],
+                "why": "a CLI option none of the comparison tasks (greedy, speculative, sampling, speed) "
+                "takes: only the census ran with it (not counted in the gate class)",
             }
             for p in self.active
             if p not in exercised
@@ -75,6 +80,7 @@ class FlagChoice:
             "set": [f.text for f in self.selected],
             "environment": self.env,
             "options": self.options,
+            "options_reached": sorted(self.reached),
             "active_patches": [p.name for p in self.active],
             "exercised_patches": [p.name for p in self.exercised],
             "inactive_patches": [p.name for p in self.inactive],

@@ -2,7 +2,12 @@
 the patched engine samples over many seeds against the stock engine's, a chi-square homogeneity test per position
 (overlay.check.stats.homogeneity). A lossless patch must leave these distributions equal; the gate rejects when any
 position's p-value is below alpha / (number of tests) (Bonferroni, alpha = 0.01). Seeds are the same in both arms, so
-an exact patch also samples the same tokens seed for seed (reported as ``identical_runs``)."""
+an exact patch also samples the same tokens seed for seed (reported as ``identical_runs``).
+
+Samplers (workers/, run in each arm): mlx-lm reseeds mlx's generator before each run (sample_mlx_lm.py); SGLang's CPU
+engine path serves all runs as one batch of one engine seeded with the first seed (sample_sglang.py: per-request
+seeds need SGLang's deterministic inference, which its CPU attention backend refuses), so its runs are independent
+draws and match across arms only while both engines schedule the same batches."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from overlay.check import stats
 from overlay.check.envs import Arm
 
 WORKERS = Path(__file__).parent / "workers"
-SAMPLERS = {"mlx-lm": WORKERS / "sample_mlx_lm.py"}
+SAMPLERS = {"mlx-lm": WORKERS / "sample_mlx_lm.py", "sglang": WORKERS / "sample_sglang.py"}
 ALPHA = 0.01
 SAMPLE_PROMPTS = 4  # the first prompts of the set
 
@@ -96,7 +101,7 @@ def gate(result: dict[str, Any], cls: str) -> dict[str, Any]:
         "class": cls,
         "gate": f"sampling distribution at T={result['temperature']:g} equals stock's",
         "passed": bool(result["equal"]),
-        "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} seeds, Bonferroni "
-        f"threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
-        "identical seed for seed",
+        "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} runs per prompt, "
+        f"Bonferroni threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
+        "identical run for run",
     }

@@ -61,6 +61,15 @@ class MlxLmAdapter:
         result: dict[str, Any] = arm.run_json(self.worker, request, timeout=timeout or 1800)
         return result
 
+    def option_reach(self, arm: Arm, options: dict[str, str | None]) -> set[str]:
+        """The CLI options some comparison task (greedy, spec, speed, sample) applies in ``arm``: the worker's
+        ``options`` task matches each against the parameters of the mlx-lm functions those tasks call."""
+        try:
+            res = arm.run_json(self.worker, {"task": "options", "options": options}, timeout=300)
+        except ExternalCommandError:
+            return set()
+        return {name for name, tasks in res["reach"].items() if tasks}
+
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:
         raise UsageError("mlx-lm has no fallback: it runs here")
 
