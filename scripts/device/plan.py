@@ -395,7 +395,7 @@ PROBES: tuple[Probe, ...] = (
         "drafter-graph",
         "generator-the-block-drafter-s-whole-round-as-one-CUD",
         "draft-round",
-        ("eager-launches", "capturable"),
+        ("eager-launches", "graph-launches", "capturable"),
         0,
         "the block drafter's whole round captured (propose_block)",
         pending="needs a real DFlash drafter forward on CUDA (probes/drafter_graph.py is a CPU model of capture)",

@@ -148,8 +148,11 @@ def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
     assert any(
         "spec_round.py" in v or "embedding" in v or "device_copy" in v for v in host["detail"]["violations"]
     )
-    # replays are not modelled: launch counts are reported as not measured
-    assert device["metrics"]["eager-launches"] is None
+    # the emulated graph replays the captured round: its launches move from eager to graph launches (the round
+    # that captures and the two validated replays still run an eager round too)
+    off = census(arms.patched, "draft-round", options={"--embed_on_device": None})
+    assert device["metrics"]["graph-launches"] > 0 == off["metrics"]["graph-launches"]
+    assert device["metrics"]["eager-launches"] < off["metrics"]["eager-launches"]
 
 
 def test_cli_options_are_refused(arms: Arms) -> None:

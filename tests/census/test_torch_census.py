@@ -124,6 +124,25 @@ def test_cuda_graph_api_is_a_capture_region(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "add")["capturable"] is None  # no region in the step
 
 
+def test_a_graph_replay_reruns_the_captured_ops_as_graph_launches(cases: dict[str, Any]) -> None:
+    doc = cases["graph_replay"]
+    assert doc["value"] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]  # (x + 1) * 2: the replay read the new x
+    m = doc["report"]["metrics"]
+    assert (m["graph-launches"], m["eager-launches"], m["host-syncs"]) == (2.0, 1.0, 0.0)
+    assert [doc["line"], 1] in _sites(cases, "graph_replay", "graph-launches")  # the replay, at its line
+    assert doc["report"]["kinds"]["graph-replays"] == 1
+
+
+def test_a_replayed_upload_rereads_its_pinned_buffer(cases: dict[str, Any]) -> None:
+    doc = cases["graph_replay_upload"]
+    assert doc["value"] == [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    m = doc["report"]["metrics"]
+    # captured: the add (a launch) and the pinned upload (a copy, not a launch); the replay counts the add again and
+    # copies nothing the census counts (on a GPU the graph's memcpy node is part of the launch)
+    counted = (m["graph-launches"], m["h2d-copies"], m["pageable-copies"], m["capturable"])
+    assert counted == (2.0, 1.0, 0.0, True)
+
+
 def test_peak_memory_counts_live_allocations(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "allocation")["peak-memory"] == 2048.0  # empty(256) f32 and y + 1 both alive
 

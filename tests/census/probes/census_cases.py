@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -18,134 +19,134 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src" / "overlay" /
 from torch_census import CaptureViolation, Census
 
 
-def c_item(c, x):
+def c_item(c: Census, x: torch.Tensor) -> Any:
     x[0].item()  # here
 
 
-def c_int(c, x):
+def c_int(c: Census, x: torch.Tensor) -> Any:
     int(x[1])  # here
 
 
-def c_bool(c, x):
+def c_bool(c: Census, x: torch.Tensor) -> Any:
     bool(x[1])  # here
 
 
-def c_if(c, x):
+def c_if(c: Census, x: torch.Tensor) -> Any:
     if x[1]:  # here
         pass
 
 
-def c_tolist(c, x):
+def c_tolist(c: Census, x: torch.Tensor) -> Any:
     x.tolist()  # here
 
 
-def c_cpu(c, x):
+def c_cpu(c: Census, x: torch.Tensor) -> Any:
     x.cpu()  # here
 
 
-def c_to_cpu(c, x):
+def c_to_cpu(c: Census, x: torch.Tensor) -> Any:
     x.to("cpu")  # here
 
 
-def c_to_cpu_async(c, x):
+def c_to_cpu_async(c: Census, x: torch.Tensor) -> Any:
     x.to("cpu", non_blocking=True)  # here
 
 
-def c_numpy(c, x):
+def c_numpy(c: Census, x: torch.Tensor) -> Any:
     x.numpy()  # here
 
 
-def c_nonzero(c, x):
+def c_nonzero(c: Census, x: torch.Tensor) -> Any:
     torch.nonzero(x)  # here
 
 
-def c_equal(c, x):
+def c_equal(c: Census, x: torch.Tensor) -> Any:
     torch.equal(x, x)  # here
 
 
-def c_masked_select(c, x):
+def c_masked_select(c: Census, x: torch.Tensor) -> Any:
     m = x > 2
     torch.masked_select(x, m)  # here
 
 
-def c_unique(c, x):
+def c_unique(c: Census, x: torch.Tensor) -> Any:
     torch.unique(x)  # here
 
 
-def c_bool_mask_index(c, x):
+def c_bool_mask_index(c: Census, x: torch.Tensor) -> Any:
     m = x > 2
     x[m]  # here
 
 
-def c_int_index(c, x):
+def c_int_index(c: Census, x: torch.Tensor) -> Any:
     idx = torch.arange(2)
     x[idx]  # here
 
 
-def c_host_item(c, x):
+def c_host_item(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.arange(3)
     h[0].item()  # here
 
 
-def c_synchronize(c, x):
+def c_synchronize(c: Census, x: torch.Tensor) -> Any:
     torch.cuda.synchronize()  # here
 
 
-def c_event_sync(c, x):
+def c_event_sync(c: Census, x: torch.Tensor) -> Any:
     ev = torch.cuda.Event()
     ev.record()
     ev.synchronize()  # here
 
 
-def c_stream_sync(c, x):
+def c_stream_sync(c: Census, x: torch.Tensor) -> Any:
     torch.cuda.current_stream().synchronize()  # here
 
 
-def c_h2d_pageable(c, x):
+def c_h2d_pageable(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)
     x.copy_(h, non_blocking=True)  # here
 
 
-def c_h2d_pinned(c, x):
+def c_h2d_pinned(c: Census, x: torch.Tensor) -> Any:
     h = torch.ones(6, pin_memory=True)
     x.copy_(h, non_blocking=True)  # here
 
 
-def c_h2d_pin_method(c, x):
+def c_h2d_pin_method(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)
     p = h.pin_memory()
     x.copy_(p, non_blocking=True)  # here
 
 
-def c_h2d_blocking(c, x):
+def c_h2d_blocking(c: Census, x: torch.Tensor) -> Any:
     h = torch.ones(6, pin_memory=True)
     x.copy_(h)  # here
 
 
-def c_tensor_device(c, x):
+def c_tensor_device(c: Census, x: torch.Tensor) -> Any:
     torch.tensor([1, 2, 3], device="cpu:0")  # here
 
 
-def c_tensor_host(c, x):
+def c_tensor_host(c: Census, x: torch.Tensor) -> Any:
     torch.tensor([1, 2, 3])  # here
 
 
-def c_view(c, x):
+def c_view(c: Census, x: torch.Tensor) -> Any:
     x.view(2, 3)  # here
 
 
-def c_views(c, x):
+def c_views(c: Census, x: torch.Tensor) -> Any:
     x.view(2, 3).transpose(0, 1)[0]  # here
 
 
-def c_add(c, x):
+def c_add(c: Census, x: torch.Tensor) -> Any:
     x + 1  # here
 
 
-def c_collective(c, x):
+def c_collective(c: Census, x: torch.Tensor) -> Any:
     import torch.distributed as dist
 
     try:
@@ -154,58 +155,75 @@ def c_collective(c, x):
         pass  # no process group: the call was still made and counted
 
 
-def c_capturable_item(c, x):
+def c_capturable_item(c: Census, x: torch.Tensor) -> Any:
     with c.capturable():
         x[0].item()  # here
 
 
-def c_capturable_nonzero(c, x):
+def c_capturable_nonzero(c: Census, x: torch.Tensor) -> Any:
     with c.capturable():
         torch.nonzero(x)  # here
 
 
-def c_capturable_pageable(c, x):
+def c_capturable_pageable(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)
     with c.capturable():
         x.copy_(h, non_blocking=True)  # here
 
 
-def c_capturable_elementwise(c, x):
+def c_capturable_elementwise(c: Census, x: torch.Tensor) -> Any:
     with c.capturable():
         y = x * 2 + 1  # here
         x.add_(y)
 
 
-def c_capture_graph_api(c, x):
+def c_capture_graph_api(c: Census, x: torch.Tensor) -> Any:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         x.mul_(2)  # here
 
 
-def c_allocation(c, x):
+def c_graph_replay(c: Census, x: torch.Tensor) -> Any:
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2
+    x.add_(1)
+    g.replay()  # here: the captured multiply runs again on the new x
+    return y
+
+
+def c_graph_replay_upload(c: Census, x: torch.Tensor) -> Any:
+    with c.host():
+        h = torch.zeros(6).pin_memory()
+    d = torch.zeros(6)
+    g = torch.cuda.CUDAGraph()
+    g.capture_begin()
+    d.copy_(h, non_blocking=True)
+    y = d + x
+    g.capture_end()
+    h.fill_(5.0)
+    g.replay()  # here: the captured upload re-reads the pinned buffer
+    return y
+
+
+def c_allocation(c: Census, x: torch.Tensor) -> Any:
     y = torch.empty(256, dtype=torch.float32)  # here
     z = y + 1
     del y, z
 
 
-def c_cpu_is_device_upload(c, x):
+def c_cpu_is_device_upload(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)
     h.to("cpu", non_blocking=True)  # here: on the GPU this line reads .to(self.device)
 
 
-c_cpu_is_device_upload.census = {"cpu_is_device": True}
-
-
-def c_cpu_is_device_read(c, x):
+def c_cpu_is_device_read(c: Census, x: torch.Tensor) -> Any:
     x.to("cpu")  # here
 
 
-c_cpu_is_device_read.census = {"cpu_is_device": True}
-
-
-def c_resume(c, x):
+def c_resume(c: Census, x: torch.Tensor) -> Any:
     step = c.steps[-1]
     with c.step():
         x + 1
@@ -213,7 +231,7 @@ def c_resume(c, x):
         x * 2  # here: counted in the first step again
 
 
-def c_kernel(c, x):
+def c_kernel(c: Census, x: torch.Tensor) -> Any:
     with c.kernel("standin.op"):  # here: one launch; the stand-in's own ops and reads are not counted
         x[0].item()
         x + 1
@@ -222,7 +240,7 @@ def c_kernel(c, x):
 # Blind spots (the module docstring lists them): each case shows the documented behaviour.
 
 
-def c_blind_thread(c, x):
+def c_blind_thread(c: Census, x: torch.Tensor) -> Any:
     import threading
 
     t = threading.Thread(target=lambda: x[0].item())  # here
@@ -233,42 +251,52 @@ def c_blind_thread(c, x):
 from torch.distributed import all_reduce as _all_reduce_by_name
 
 
-def c_blind_imported_by_name(c, x):
+def c_blind_imported_by_name(c: Census, x: torch.Tensor) -> Any:
     try:
         _all_reduce_by_name(x)  # here
     except (RuntimeError, ValueError):
         pass
 
 
-def c_blind_numpy_work(c, x):
+def c_blind_numpy_work(c: Census, x: torch.Tensor) -> Any:
     h = x.numpy()  # here: the one read is counted; the numpy work after it is invisible
     (h * 2).sum()
 
 
-def c_blind_to_cpu_device(c, x):
+def c_blind_to_cpu_device(c: Census, x: torch.Tensor) -> Any:
     x.to(x.device)  # here: a CPU tensor's device has no index, so this reads as a D2H host read
 
 
-def c_blind_cpu_factory(c, x):
+def c_blind_cpu_factory(c: Census, x: torch.Tensor) -> Any:
     h = torch.zeros(3, device="cpu")  # here: a factory outside a host scope makes device memory
     h[0].item()
 
 
 CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("c_")}
+# the Census options a case runs with (default: none)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "cpu_is_device_upload": {"cpu_is_device": True},
+    "cpu_is_device_read": {"cpu_is_device": True},
+}
 
 
-def run(name: str) -> dict:
+def run(name: str) -> dict[str, Any]:
     fn = CASES[name]
     lines, start = inspect.getsourcelines(fn)
     here = next(start + i for i, text in enumerate(lines) if "# here" in text)
     x = torch.arange(6.0)
-    error = None
-    with Census(**getattr(fn, "census", {})) as c, c.step():
+    error, value = None, None
+    with Census(**OPTIONS.get(name, {})) as c, c.step():
         try:
-            fn(c, x)
+            value = fn(c, x)
         except CaptureViolation as err:
             error = str(err)
-    return {"report": c.report(), "line": f"{os.path.relpath(__file__)}:{here}", "error": error}
+    return {
+        "report": c.report(),
+        "line": f"{os.path.relpath(__file__)}:{here}",
+        "error": error,
+        "value": value.tolist() if isinstance(value, torch.Tensor) else None,
+    }
 
 
 if __name__ == "__main__":

@@ -7,14 +7,18 @@ share one probe process (run_cases) to keep the suite short.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from exl3_probes import probe, run_cases
+
+from overlay.check.envs import Arms
 
 MIXED = ["sliding_attention", "full_attention", "full_attention"]
 TOKENS_384K = 384 * 1024
 
 
-def test_force_draft_window(arms):
+def test_force_draft_window(arms: Arms) -> None:
     base = {"layer_types": MIXED, "cache_tokens": TOKENS_384K}
     (stock,) = run_cases(arms.stock, "drafter_model.py", [base])
     off, forced, causal, refused = run_cases(
@@ -47,7 +51,7 @@ def test_force_draft_window(arms):
     assert "swa_full" in refused["error"] and "draft_window" in refused["error"]
 
 
-MIXED_RING_CASES = [
+MIXED_RING_CASES: list[dict[str, Any]] = [
     # the checkpoint's 256-token sliding layer next to a layer forced to 1024 (W above the checkpoint window)
     {
         "seed": 1,
@@ -79,7 +83,7 @@ MIXED_RING_CASES = [
 ]
 
 
-def test_mixed_window_rings_match_unbounded(arms):
+def test_mixed_window_rings_match_unbounded(arms: Arms) -> None:
     """0001 with the checkpoint's own sliding layers: one SWAState drives every ring, so every ring has one size;
     every layer's every output equals attention over its own window of an unbounded history, through prefill
     write-backs (chunks larger than a ring), block forwards, verified write-backs, rewinds and checkpoints."""
@@ -102,7 +106,7 @@ def test_mixed_window_rings_match_unbounded(arms):
         assert all(n > 0 for op, n in doc["counts"].items() if op != "big_prefill" or payload.get("big"))
 
 
-def test_shared_kv_ring_source_after_shifts(arms):
+def test_shared_kv_ring_source_after_shifts(arms: Arms) -> None:
     """0003: a query-only drafter layer (SharedKVAttention) reading the target's window ring in its own, later
     forward reads the target's last window + 1 keys at every step, across every window shift."""
     payload = {"seed": 0, "steps": 900, "bsz": 2, "max_step": 3}
@@ -115,7 +119,7 @@ def test_shared_kv_ring_source_after_shifts(arms):
     assert ring["checked"] == stock["checked"] == 2 * payload["steps"]
 
 
-def test_draft_cache_size_decoupled(arms):
+def test_draft_cache_size_decoupled(arms: Arms) -> None:
     ring_only = {"draft_layer_types": ["sliding_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
     paged = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
     same = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 8192}
@@ -136,7 +140,7 @@ RING_SCHEDULES = [
 
 
 @pytest.mark.parametrize("schedule", RING_SCHEDULES, ids=["w256-bsz1-causal", "w200-bsz2-block"])
-def test_swa_ring_matches_stock_and_unbounded(arms, schedule):
+def test_swa_ring_matches_stock_and_unbounded(arms: Arms, schedule: dict[str, Any]) -> None:
     stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "ring": False})
     ring = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "ring": True})
     assert ring["ring"] is True and stock["ring"] is False
@@ -150,19 +154,19 @@ def test_swa_ring_matches_stock_and_unbounded(arms, schedule):
     assert stock["clones"] > 0 and ring["clones"] == 0
 
 
-def test_swa_ring_off_is_stock(arms):
+def test_swa_ring_off_is_stock(arms: Arms) -> None:
     schedule = {**RING_SCHEDULES[0], "steps": 60}
     stock = arms.stock.run_json(probe("swa_ring.py"), schedule)
     patched = arms.patched.run_json(probe("swa_ring.py"), schedule)
     assert patched == stock
 
 
-def test_swa_tables_shared_per_forward(arms):
+def test_swa_tables_shared_per_forward(arms: Arms) -> None:
     payload = {"seed": 0, "steps": 120}
     stock = arms.stock.run_json(probe("swa_tables.py"), payload)
     shared = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True})
 
-    def strip(doc):
+    def strip(doc: dict[str, Any]) -> list[list[Any]]:
         return [[s["seqlens"], s["wshift"]] for s in doc["steps"]]
 
     # same in-window lengths and window shifts at every step, one upload per forward instead of one per layer
@@ -181,8 +185,8 @@ def test_swa_tables_shared_per_forward(arms):
     assert reused["uploads"] == shared["uploads"]
 
 
-def test_draft_cache_quant_arg(arms):
-    cases = [{"argv": []}, {"argv": ["-cq", "4"]}, {"argv": ["-dcq", "8"]}]
+def test_draft_cache_quant_arg(arms: Arms) -> None:
+    cases: list[dict[str, Any]] = [{"argv": []}, {"argv": ["-cq", "4"]}, {"argv": ["-dcq", "8"]}]
     stock = run_cases(arms.stock, "model_init_caches.py", cases)
     patched = run_cases(
         arms.patched,
@@ -209,9 +213,9 @@ def test_draft_cache_quant_arg(arms):
     assert "expected fp16" in bad["error"]
 
 
-def test_dflash_prefill_crop(arms):
+def test_dflash_prefill_crop(arms: Arms) -> None:
     crop = {"EXL3_OVL_DFLASH_PREFILL_CROP": "1"}
-    chunks = {"seed": 0, "chunks": [100, 2048, 37, 4096, 700, 3000]}
+    chunks: dict[str, Any] = {"seed": 0, "chunks": [100, 2048, 37, 4096, 700, 3000]}
     # mixed ring sizes (checkpoint sliding layer 256 + forced 1024 window): crop to the largest ring
     mixed = {
         "seed": 1,
@@ -241,7 +245,7 @@ def test_dflash_prefill_crop(arms):
     assert mixed_cropped["projected"]["fc_rows"] < mixed_full["projected"]["fc_rows"]
 
 
-def test_swa_ring_q8(arms):
+def test_swa_ring_q8(arms: Arms) -> None:
     schedule = {"seed": 4, "window": 256, "steps": 50}
     stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "grid": True})
     q8 = arms.patched.run_json(
@@ -285,7 +289,7 @@ def test_swa_ring_q8(arms):
     assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]
 
 
-def test_swa_ring_static_tables(arms):
+def test_swa_ring_static_tables(arms: Arms) -> None:
     """EXL3_OVL_SWA_RING_STATIC=1: the ring step's tables through one persistent pinned + device buffer: the same
     tables and attention outputs as the ring, and no per-step device tensor or pageable upload (the census shows
     the step capturable: tests/census/test_exl3_census.py)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from overlay.check.envs import Arm, Arms
 from overlay.cli.main import main as overlay_main
 from overlay.core.manifest import load_manifest
 
@@ -25,18 +26,18 @@ SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build_exllamav3_ext.
 
 
 @pytest.fixture(scope="module")
-def patched_tree(arms, tmp_path_factory) -> Path:
+def patched_tree(arms: Arms, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("exl3-tree")
     with zipfile.ZipFile(arms.patched.wheel) as whl:
         whl.extractall(tree)
     return tree
 
 
-def _run(arm, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(arm: Arm, *args: str) -> subprocess.CompletedProcess[str]:
     return arm.run([str(SCRIPT), *args], timeout=600)
 
 
-def test_build_refuses_without_cuda_torch(arms, patched_tree, tmp_path):
+def test_build_refuses_without_cuda_torch(arms: Arms, patched_tree: Path, tmp_path: Path) -> None:
     proc = _run(
         arms.patched,
         "--tree",
@@ -51,13 +52,15 @@ def test_build_refuses_without_cuda_torch(arms, patched_tree, tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "info.json").exists()
 
 
-def test_build_refuses_a_tree_without_sources(arms, tmp_path):
+def test_build_refuses_a_tree_without_sources(arms: Arms, tmp_path: Path) -> None:
     proc = _run(arms.patched, "--tree", str(tmp_path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
     assert "cuda_flags.py not found" in proc.stderr and "--tree" in proc.stderr
 
 
-def test_apply_prebuilt_reports_the_missing_prerequisite(arms, repo_root, tmp_path, capsys):
+def test_apply_prebuilt_reports_the_missing_prerequisite(
+    arms: Arms, repo_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = load_manifest(repo_root / "overlays" / "exllamav3.toml")
     assert manifest.prebuilt is not None
     assert list(manifest.prebuilt.command[1:]) == [
@@ -106,7 +109,7 @@ PATCHED_UNITS = [
     reason="needs nvcc and EXL3_CUDA_LIB_INCLUDE (a folder with the cuBLAS/cuSPARSE/cuSOLVER/cuRAND "
     "headers, e.g. from the nvidia-* wheels)",
 )
-def test_patched_units_compile(arms, patched_tree, tmp_path):
+def test_patched_units_compile(arms: Arms, patched_tree: Path, tmp_path: Path) -> None:
     report = tmp_path / "units.json"
     proc = _run(
         arms.patched,

@@ -10,16 +10,21 @@ shared by the tests.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from exl3_probes import run_cases
+
+from overlay.check.envs import Arms
 
 EVENT = {"EXL3_OVL_EVENT_SYNC": "1"}
 READBACK = {"EXL3_OVL_VERIFY_READBACK": "1"}
 ROUND = {"EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_EVENT_SYNC": "1"}
 BATCH = {"EXL3_OVL_BATCH_SAMPLE": "1", "EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_EVENT_SYNC": "1"}
 
+Spec = tuple[dict[str, Any], dict[str, dict[str, Any]]]  # stock docs by case, patched docs by run and case
 # (name, payload); each runs on both arms, and on the patched arm with several flag sets
-SPEC_CASES = {
+SPEC_CASES: dict[str, dict[str, Any]] = {
     "bsz3": {"seed": 1, "bsz": 3, "rounds": 6, "corrupt": 10, "decode_rounds": 2},
     "bsz3-temp": {"seed": 2, "bsz": 3, "rounds": 5, "corrupt": 10, "sampler": "temp"},
     "bsz1-k11": {"seed": 3, "bsz": 1, "block": 12, "rounds": 5, "corrupt": 8},
@@ -30,7 +35,7 @@ SPEC_CASES = {
     "fused-temp": {"seed": 8, "bsz": 3, "rounds": 4, "corrupt": 10, "sampler": "fused-temp"},
     "fused-minp": {"seed": 9, "bsz": 2, "rounds": 4, "corrupt": 10, "sampler": "fused-minp"},
 }
-PATCHED_RUNS = {
+PATCHED_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     "off": ({}, list(SPEC_CASES)),
     "event": (EVENT, ["bsz3"]),
     "readback": (READBACK, ["bsz3", "bsz3-temp", "host-drafts", "mixed", "ending", "host-embed"]),
@@ -42,7 +47,7 @@ OUTPUTS = ("tokens", "results", "accepted", "rejected", "pages", "kv_positions",
 
 
 @pytest.fixture(scope="module")
-def spec(arms):
+def spec(arms: Arms) -> Spec:
     names = list(SPEC_CASES)
     stock = dict(zip(names, run_cases(arms.stock, "spec_round.py", [SPEC_CASES[n] for n in names])))
     order = [(run, name) for run, (_, cases) in PATCHED_RUNS.items() for name in cases]
@@ -51,27 +56,27 @@ def spec(arms):
         "spec_round.py",
         [{**SPEC_CASES[name], "env": PATCHED_RUNS[run][0]} for run, name in order],
     )
-    patched = {}
+    patched: dict[str, dict[str, Any]] = {}
     for (run, name), doc in zip(order, docs):
         patched.setdefault(run, {})[name] = doc
     return stock, patched
 
 
-def _same_outputs(a: dict, b: dict) -> bool:
+def _same_outputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a[k] == b[k] for k in OUTPUTS)
 
 
-def _spec_syncs(doc: dict) -> list[int]:
+def _spec_syncs(doc: dict[str, Any]) -> list[int]:
     return [r["syncs"] for r in doc["per_round"] if r["kind"] == "spec"]
 
 
-def test_round_flags_off_are_stock(spec):
+def test_round_flags_off_are_stock(spec: Spec) -> None:
     stock, patched = spec
     for name, doc in patched["off"].items():
         assert doc == stock[name], name
 
 
-def test_event_sync(spec):
+def test_event_sync(spec: Spec) -> None:
     stock, patched = spec
     s, p = stock["bsz3"], patched["event"]["bsz3"]
     assert _same_outputs(s, p)
@@ -82,7 +87,7 @@ def test_event_sync(spec):
     assert [r["syncs"] for r in p["per_round"]] == [r["syncs"] for r in s["per_round"]]
 
 
-def test_verify_readback(spec):
+def test_verify_readback(spec: Spec) -> None:
     stock, patched = spec
     for name, p in patched["readback"].items():
         assert _same_outputs(stock[name], p), name
@@ -98,7 +103,7 @@ def test_verify_readback(spec):
     assert seen >= set(range(8))
 
 
-def test_round_sync(spec):
+def test_round_sync(spec: Spec) -> None:
     stock, patched = spec
     for name, p in patched["round"].items():
         assert _same_outputs(stock[name], p), name
@@ -114,7 +119,7 @@ def test_round_sync(spec):
     assert host["forward_inputs"][-1] == "host"
 
 
-def test_batched_verify_sampling(spec):
+def test_batched_verify_sampling(spec: Spec) -> None:
     stock, patched = spec
     for name, p in patched["batch"].items():
         assert _same_outputs(stock[name], p), name
@@ -129,7 +134,7 @@ def test_batched_verify_sampling(spec):
     assert _spec_syncs(patched["batch"]["bsz3"]) == [1] * 6
 
 
-def test_fused_tier_bound(arms):
+def test_fused_tier_bound(arms: Arms) -> None:
     (stock,) = run_cases(arms.stock, "fused_tier.py", [{}])
     off, on, bad = run_cases(
         arms.patched,
@@ -157,7 +162,7 @@ def test_fused_tier_bound(arms):
     assert "EXL3_OVL_BSZN" in bad["error"] and "12" in bad["error"]
 
 
-def test_drafter_round_graph(arms):
+def test_drafter_round_graph(arms: Arms) -> None:
     base = {"seed": 0, "bsz": 2, "rounds": 8}
     graph = {"EXL3_OVL_DRAFTER_GRAPH": "1"}
     (stock,) = run_cases(arms.stock, "drafter_graph.py", [base])
@@ -193,7 +198,7 @@ def test_drafter_round_graph(arms):
     assert ring["graphs"] is None and ring["eager_calls"] == 8  # window-ring drafters stay eager
 
 
-def test_drafter_round_graph_rings(arms):
+def test_drafter_round_graph_rings(arms: Arms) -> None:
     """A window-ring drafter's round is captured once the ring step tables are persistent
     (EXL3_OVL_SWA_RING_STATIC=1): each replay restages the window decisions and advances the states as the
     eager round does (same drafts, same final positions and window starts); without them it stays eager."""
@@ -218,8 +223,8 @@ def test_drafter_round_graph_rings(arms):
     assert plain["graphs"] is None and plain["eager_calls"] == 12 and plain["drafts"] == eager["drafts"]
 
 
-def test_warmup_draft(arms):
-    cases = [{"argv": []}, {"argv": ["-wd"]}]
+def test_warmup_draft(arms: Arms) -> None:
+    cases: list[dict[str, Any]] = [{"argv": []}, {"argv": ["-wd"]}]
     stock = run_cases(arms.stock, "warmup_draft.py", cases)
     off, on, ndt, no_draft, no_tok = run_cases(
         arms.patched,
@@ -251,7 +256,7 @@ def test_warmup_draft(arms):
     assert "tokenizer" in no_tok["error"] and no_tok["events"] == []
 
 
-def test_mtp_index_share(arms):
+def test_mtp_index_share(arms: Arms) -> None:
     cases = [{"seed": 0}, {"seed": 0, "share_caps": True}]
     stock = run_cases(arms.stock, "mtp_share.py", cases)
     off, caps_only, on, flag_only = run_cases(
@@ -275,7 +280,7 @@ def test_mtp_index_share(arms):
     assert sel["available"] and sel["trials"] == 160 and sel["failures"] == [] and sel["depth0_identity"]
 
 
-def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms):
+def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms: Arms) -> None:
     """0020: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
     depth) and its selection reaches the later depths, which take the dispatch path; without the share dict every
     depth is graphed, as in stock."""
@@ -288,7 +293,7 @@ def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms):
     assert [c.get("anchor") for c in on["calls"][1:]] == [[[0, 1, 2], [1000]]] * 2
 
 
-def test_embed_on_device(arms):
+def test_embed_on_device(arms: Arms) -> None:
     """--embed_on_device: the real Embedding module, placed by the loader's rule, stays on the device, so 0014's
     device-built verify input runs and a round has one host sync (stock and 0014 alone: two, at bsz 1)."""
     base = {"seed": 3, "bsz": 1, "block": 12, "rounds": 5, "corrupt": 8, "embed": "loader"}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from exl3_probes import run_cases
+
+from overlay.check.envs import Arms
 
 
 @pytest.mark.parametrize(
@@ -11,7 +15,7 @@ from exl3_probes import run_cases
     [{"seed": 0, "rounds": 20}, {"seed": 1, "rounds": 20, "bsz": 3, "scale": 2.5, "mask_embedding": True}],
     ids=["plain", "scaled-learned-mask-bsz3"],
 )
-def test_dflash_mask_rows_cached(arms, payload):
+def test_dflash_mask_rows_cached(arms: Arms, payload: dict[str, Any]) -> None:
     (stock,) = run_cases(arms.stock, "dflash_input.py", [payload])
     off, on = run_cases(
         arms.patched, "dflash_input.py", [payload, {**payload, "env": {"EXL3_OVL_DFLASH_MASK_CACHE": "1"}}]
@@ -25,7 +29,7 @@ def test_dflash_mask_rows_cached(arms, payload):
     assert on["embedded_rows"] == bsz * rounds + (block - 1)
 
 
-def test_dflash_mask_rows_follow_the_embedding(arms):
+def test_dflash_mask_rows_follow_the_embedding(arms: Arms) -> None:
     """0006's mask-row cache after the target's embedding module is freed and a new one (another table) takes its
     address: the block input is embedded from the new table, as stock does, not served from the freed one's."""
     payload = {"seed": 0, "rounds": 10, "swap": True}
@@ -39,7 +43,7 @@ def test_dflash_mask_rows_follow_the_embedding(arms):
     assert on["embedded_rows"] == payload["rounds"] + 2 * (block - 1)  # mask rows embedded once per table
 
 
-def test_mtp_dir_reattaches_head(arms):
+def test_mtp_dir_reattaches_head(arms: Arms) -> None:
     embedded_case = {"argv": ["-mtp"], "embedded": True}
     dropped_case = {"argv": ["-mtp"]}
     stock = run_cases(
@@ -73,7 +77,7 @@ def test_mtp_dir_reattaches_head(arms):
     assert "no MTP component" in no_layers["error"]
 
 
-def test_mtp_dir_takes_only_mtp_tensors(arms):
+def test_mtp_dir_takes_only_mtp_tensors(arms: Arms) -> None:
     """--mtp_dir pointing at a whole checkpoint (the original model): the head's tensors come from there, every
     trunk tensor from the model directory (never the other checkpoint's embeddings, head or norms), and the trunk
     names found there are listed as refused."""
@@ -97,8 +101,8 @@ def test_mtp_dir_takes_only_mtp_tensors(arms):
     )
 
 
-def test_parallel_draft_load(arms):
-    cases = [{"argv": []}, {"argv": ["-gs", "20"]}]
+def test_parallel_draft_load(arms: Arms) -> None:
+    cases: list[dict[str, Any]] = [{"argv": []}, {"argv": ["-gs", "20"]}]
     stock = run_cases(arms.stock, "load_order.py", cases + [{"argv": ["-gs", "20", "-pl"]}])
     patched = run_cases(
         arms.patched, "load_order.py", cases + [{"argv": ["-gs", "20", "-pl"]}, {"argv": ["-pl"]}]
@@ -115,7 +119,7 @@ def test_parallel_draft_load(arms):
     assert "explicit --gpu_split" in refused["error"]
 
 
-def test_block_drafter_interface(arms):
+def test_block_drafter_interface(arms: Arms) -> None:
     dflash_cases = [
         {"seed": 0},
         {"seed": 1, "bsz": 3, "window": 4},

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from exl3_probes import probe
 
+from overlay.check.envs import Arms
 
-def test_standin_imports_stock_wheel(arms):
+
+def test_standin_imports_stock_wheel(arms: Arms) -> None:
     info = arms.stock.run_json(probe("standin_info.py"), {})
     assert info["imported"] and info["standin"]
     # ext.py took its own "precompiled extension" branch and got the stand-in
@@ -24,7 +26,7 @@ def test_standin_imports_stock_wheel(arms):
     assert info["calls"] == {"rms_norm": 1}
 
 
-def test_standin_switch_off_restores_stock_failure(arms):
+def test_standin_switch_off_restores_stock_failure(arms: Arms) -> None:
     info = arms.stock.run_json(probe("standin_info.py"), {}, extra_env={"OVERLAY_EXL3_STANDIN": "0"})
     # without the stand-in, CPU torch cannot JIT-build the extension: the stock import error comes back
     assert not info["imported"]

@@ -1,12 +1,12 @@
 """ExLlamaV3 mechanism census on CPU (runs inside an exllamav3 arm with the labelled stand-in extension).
 
-Request on stdin: {"task": "census", "model": str (unused: no EXL3 checkpoint runs on CPU), "scenario":
-"decode-step"|"spec-verify-step"|"draft-round", "steps": int, "bsz": int (2), "sampler": "greedy"|"temp" ("temp"),
-"block": int (8: K = 7 drafts), "embed": "loader"|"host"|"device" ("loader": the real Embedding module placed by the
-loader's rule, model_ls.py: system RAM unless --embed_on_device), "options": {"--embed_on_device": null} (the only
-model_init option the census runs)}; the patch's flag comes as environment variables of this process. Response on stdout: {"scenario", "steps", "metrics":
-{metric: value per step, "capturable": true|false|null}, "sites": {metric: [["path:line", count], ...]}, "notes":
-[str], "standin": str}.
+Request on stdin: a CensusRequest (overlay/schemas/documents.py): {"task": "census", "model": str (unused: no EXL3
+checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round", "steps": int, "drafter_layers":
+"ring"|"paged" ("ring"), "options": {"--embed_on_device": null} (the only model_init option the census runs)}; the
+patch's flag comes as environment variables of this process. Fixed inputs: bsz 2, K 7 drafts (block 8), the "temp"
+sampler, the real Embedding module placed by the loader's rule (model_ls.py: system RAM unless --embed_on_device).
+Response on stdout: {"scenario", "steps", "metrics": {metric: value per step, "capturable": true|false|null},
+"sites": {metric: [["path:line", count], ...]}, "notes": [str], "standin": str}.
 
 What runs: the wheel's own Generator.iterate_gen (decode and verify: sampling, accept, commit, the readback and the
 waits), Generator.iterate_draftmodel_dflash_gen (the drafter round's generator side), Job.receive_logits /
@@ -21,6 +21,11 @@ Capturability: the engine's ``torch.cuda.graph`` / ``CUDAGraph.capture_begin`` r
 (torch_census emulates them). A region that calls a stood-in forward (the target's or the drafter's: ``STANDIN_CALLS``)
 cannot be judged, since the stand-in's work is not the real forward's, so ``capturable`` is then not measured; a region
 made only of the wheel's own code is measured (False at its first host read, data-dependent shape or pageable copy).
+
+Replays: torch_census's emulated CUDAGraph records the captured region's device ops and re-runs them at
+``replay()`` (counted as graph-launches), so a captured round's launches and its replays' outputs are modelled; a
+replayed region that called the stand-in extension (whose numpy work a replay does not redo) is not, and its launch
+counts are then reported as not measured.
 """
 
 from __future__ import annotations
@@ -28,8 +33,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import CensusRequest
 
 REPO = Path(__file__).resolve().parents[4]
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
@@ -40,6 +49,8 @@ STANDIN = (
     "(stand-in; one call = one launch)"
 )
 WARMUP = 1  # the first step of each kind allocates staging buffers; it is left out of the means
+# the census's fixed inputs (spec_round payload): batch size, drafter block (K = BLOCK - 1), sampler, embedding table
+BSZ, BLOCK, SAMPLER, EMBED = 2, 8, "temp", "loader"
 FLAG_PREFIX = "EXL3_OVL_"
 # model_init options the census applies itself, through the wheel's own function for them (model_init.embed_on_device
 # on the real Embedding module, before the loader's placement rule)
@@ -62,7 +73,7 @@ STANDIN_CALLS = (
 )
 
 
-class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
+class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
     """os.environ that remembers which EXL3_OVL_* switches the engine read (the patched code reads them per call)."""
 
     read: set[str] = set()  # noqa: RUF012 (shared by every instance on purpose)
@@ -70,10 +81,11 @@ class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
     def __getitem__(self, key: str) -> str:
         if key.startswith(FLAG_PREFIX):
             _RecordingEnviron.read.add(key)
-        return super().__getitem__(key)
+        value: str = super().__getitem__(key)
+        return value
 
 
-def census(request: dict[str, Any]) -> dict[str, Any]:
+def census(request: CensusRequest) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(PROBES))
     os.environ.setdefault("EXL3_FUSED_SAMPLER", "0")
@@ -95,7 +107,7 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(
             f"exllamav3 census: unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}"
         )
-    steps = int(request.get("steps", 4))
+    steps = int(request["steps"])
 
     import exllamav3.ext as ext_mod
     from exllamav3.generator import generator as gen_mod
@@ -162,14 +174,14 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
 
         return run
 
-    payload = {
+    payload: dict[str, Any] = {
         "seed": 11,
-        "bsz": int(request.get("bsz", 2)),
-        "block": int(request.get("block", 8)),
+        "bsz": BSZ,
+        "block": BLOCK,
         "rounds": steps + WARMUP,
         "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
-        "sampler": request.get("sampler", "temp"),
-        "embed": request.get("embed", "loader"),
+        "sampler": SAMPLER,
+        "embed": EMBED,
         "corrupt": 20,
         "embed_on_device": embed_on_device,
         "drafter_layers": request.get("drafter_layers", "ring"),
@@ -179,6 +191,7 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         payload["rounds"] = 0
     for name in original:
         setattr(gen_mod.Generator, name, stepped(name))
+    captured_ext = _watch_captured_calls(c, standin)
     ring_prep = None
     if payload["drafter_layers"] == "ring":
         # the wheel's per-layer ring step of the drafter forward, judged for capturability (capture_check: its ops
@@ -192,7 +205,7 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
                 return ring_prep(self, *args, **kwargs)
 
         checked_prep.__wrapped__ = ring_prep  # type: ignore[attr-defined]  # its signature (the probe reads it)
-        SlidingAttention._decode_state_prep = checked_prep  # type: ignore[method-assign]
+        SlidingAttention._decode_state_prep = checked_prep
     plain_environ = os.environ.__class__
     os.environ.__class__ = _RecordingEnviron
     try:
@@ -203,20 +216,20 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         for name, fn in original.items():
             setattr(gen_mod.Generator, name, fn)
         if ring_prep is not None:
-            SlidingAttention._decode_state_prep = ring_prep  # type: ignore[method-assign]
+            SlidingAttention._decode_state_prep = ring_prep
     report = c.report(tag=SCENARIOS[scenario], skip=WARMUP)
     metrics = dict(report["metrics"])
     not_counted = dict(NOT_COUNTED)
     for metric in not_counted:
         metrics[metric] = None
-    if any("graph-replays" in k for k in report["kinds"]):
-        # the emulated CUDAGraph.replay re-runs nothing: the replayed round's outputs are the capture's, so an engine
-        # that validates its replays (0017) falls back to eager rounds; launch counts then say nothing about replays
+    if "graph-replays" in report["kinds"] and captured_ext:
+        # a replay re-runs the captured aten ops only: the stand-in extension's numpy work inside the region is not
+        # redone, so the replayed outputs (and an engine's validation of them) are not the real graph's
         for metric in ("eager-launches", "graph-launches"):
             metrics[metric] = None
             not_counted[metric] = (
-                "a captured round was replayed: the census's CUDAGraph emulation does not re-run "
-                "the captured ops (replays and what follows them are not modelled)"
+                f"a replayed capture region called the stand-in extension ({', '.join(sorted(captured_ext))}), "
+                "whose numpy work the census's graph replay does not redo"
             )
     standins = sorted(captured_standins.get(SCENARIOS[scenario], ()))
     if standins:
@@ -265,6 +278,23 @@ def census(request: dict[str, Any]) -> dict[str, Any]:
         "notes": notes,
         "standin": STANDIN,
     }
+
+
+def _watch_captured_calls(c: Any, standin: Any) -> set[str]:
+    """The names of the stand-in extension's functions called while the census records a capture region (filled as
+    the census runs; the wrappers are undone when it exits)."""
+    seen: set[str] = set()
+    for name, fn in list(vars(standin).items()):
+        if name.startswith("_") or not isinstance(fn, types.FunctionType):
+            continue
+
+        def watched(*args: Any, _fn: Any = fn, _name: str = name, **kwargs: Any) -> Any:
+            if c._tape is not None:
+                seen.add(_name)
+            return _fn(*args, **kwargs)
+
+        c._patch(standin, name, watched)
+    return seen
 
 
 def main() -> None:

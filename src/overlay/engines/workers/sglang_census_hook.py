@@ -28,14 +28,15 @@ FLAG_PREFIX = "SGLANG_OPT_"
 _STATE: dict[str, Any] = {}
 
 
-class _RecordingEnviron(os._Environ):  # type: ignore[name-defined,misc]
+class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
     read: set[str] = set()  # noqa: RUF012 (shared by every instance on purpose)
     active = False
 
     def __getitem__(self, key: str) -> str:
         if _RecordingEnviron.active and key.startswith(FLAG_PREFIX):
             _RecordingEnviron.read.add(key)
-        return super().__getitem__(key)
+        value: str = super().__getitem__(key)
+        return value
 
 
 def _write() -> None:
@@ -108,7 +109,7 @@ def register() -> None:
 def _one_launch_per_standin_kernel(census: Any) -> None:
     """The sgl_kernel stand-in (test infrastructure) writes each CUDA kernel as torch ops and host reads; on a GPU each
     call is one kernel launch and none of those reads happens, so each call counts as one launch and nothing inside."""
-    import sgl_kernel
+    import sgl_kernel  # type: ignore[import-not-found]  # the arm's
     import torch
 
     if "standin" not in getattr(sgl_kernel, "__version__", ""):
@@ -130,7 +131,7 @@ def _in_scheduler() -> bool:
 
 def _install(scenario: str) -> None:
     if scenario in ("decode-step", "prefill-chunk"):
-        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.managers.scheduler import Scheduler  # type: ignore[import-not-found]
 
         def is_kind(self: Any, batch: Any, *args: Any, **kwargs: Any) -> bool:
             mode = getattr(batch, "forward_mode", None)
@@ -141,7 +142,7 @@ def _install(scenario: str) -> None:
         Scheduler.run_batch = _stepped(Scheduler.run_batch, scenario, when=is_kind, keep_open=True)
         Scheduler.process_batch_result = _stepped(Scheduler.process_batch_result, scenario, close=True)
         return
-    from sglang.srt.speculative import eagle_worker_v2 as w
+    from sglang.srt.speculative import eagle_worker_v2 as w  # type: ignore[import-not-found]
 
     target = {
         "spec-verify-step": (w.EAGLEWorkerV2, "verify"),

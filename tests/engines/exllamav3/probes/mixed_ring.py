@@ -26,68 +26,13 @@ import os
 import random
 
 from _common import run_cases
+from _ring_ref import HKV, HQ, PAGE, attend, decode_reference, visible
 
-PAGE = 256
-HQ, HKV, D = 4, 2, 16
+D = 16
 HIDDEN = 4 * D
 
 
-def attend(q, keys, values, scale):
-    import torch
-
-    k = torch.stack(keys).float().repeat_interleave(HQ // HKV, dim=1)
-    v = torch.stack(values).float().repeat_interleave(HQ // HKV, dim=1)
-    s = torch.einsum("hd,nhd->hn", q.float(), k) * scale
-    return torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), v).half()
-
-
-def visible(qpos: int, end: int, left: int, right: int) -> range:
-    return range(max(0, qpos - left), min(end, qpos + right + 1))
-
-
-def ref_decode(
-    q,
-    k,
-    v,
-    k_pages,
-    v_pages,
-    bt,
-    cache_seqlens,
-    causal=True,
-    softmax_scale=None,
-    window_size=(-1, -1),
-    softcap=0.0,
-    sinks=None,
-    max_kv_len=None,
-    **_,
-):
-    """Reference for paged_attn_triton_decode: append k/v at cache_seqlens through bt, attend over the pages."""
-    import torch
-
-    bsz, qlen = q.shape[:2]
-    out = torch.empty_like(q)
-    left, right = window_size
-    right = 0 if causal else right
-    for b in range(bsz):
-        base = int(cache_seqlens[b])
-        end = base + qlen
-        assert end <= bt.shape[1] * PAGE, f"read past the block table: {end} > {bt.shape[1] * PAGE}"
-        for r in range(qlen):
-            page = int(bt[b, (base + r) // PAGE])
-            k_pages[page, (base + r) % PAGE] = k[b, r]
-            v_pages[page, (base + r) % PAGE] = v[b, r]
-        pages = bt[b].long()[torch.arange(end) // PAGE]
-        rows = torch.arange(end) % PAGE
-        all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
-        for r in range(qlen):
-            span = visible(base + r, end, left, right)
-            out[b, r] = attend(
-                q[b, r],
-                list(all_k[span.start : span.stop]),
-                list(all_v[span.start : span.stop]),
-                softmax_scale,
-            )
-    return out
+ref_decode = decode_reference(head_dim=D)
 
 
 def case(P: dict) -> dict:

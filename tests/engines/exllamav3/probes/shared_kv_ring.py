@@ -22,61 +22,13 @@ import os
 import random
 
 from _common import emit, read_payload
+from _ring_ref import HKV, HQ, PAGE, attend, decode_reference
 
-PAGE = 256
-HQ, HKV, D = 4, 2, 16
+D = 16
 HIDDEN = HQ * D
 
 
-def attend(q, keys, values, scale):
-    import torch
-
-    k = torch.stack(keys).float().repeat_interleave(HQ // HKV, dim=1)
-    v = torch.stack(values).float().repeat_interleave(HQ // HKV, dim=1)
-    s = torch.einsum("hd,nhd->hn", q.float(), k) * scale
-    return torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), v).half()
-
-
-def ref_decode(
-    q,
-    k,
-    v,
-    k_pages,
-    v_pages,
-    bt,
-    cache_seqlens,
-    causal=True,
-    softmax_scale=None,
-    window_size=(-1, -1),
-    softcap=0.0,
-    sinks=None,
-    max_kv_len=None,
-    **_,
-):
-    """Reference for paged_attn_triton_decode (causal): append k/v (when given) at cache_seqlens through bt, then
-    each query row attends over the keys up to its own position, window_size[0] back."""
-    import torch
-
-    bsz, qlen = q.shape[:2]
-    out = torch.empty_like(q)
-    left = window_size[0] if window_size is not None else -1
-    for b in range(bsz):
-        base = int(cache_seqlens[b])
-        app = 0 if k is None else k.shape[1]
-        for r in range(app):
-            page = int(bt[b, (base + r) // PAGE])
-            k_pages[page, (base + r) % PAGE] = k[b, r]
-            v_pages[page, (base + r) % PAGE] = v[b, r]
-        end = base + app
-        assert end <= bt.shape[1] * PAGE, f"read past the block table: {end} > {bt.shape[1] * PAGE}"
-        pages = bt[b].long()[torch.arange(end) // PAGE]
-        rows = torch.arange(end) % PAGE
-        all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
-        for r in range(qlen):
-            qpos = end - qlen + r
-            lo = 0 if left < 0 else max(0, qpos - left)
-            out[b, r] = attend(q[b, r], list(all_k[lo : qpos + 1]), list(all_v[lo : qpos + 1]), softmax_scale)
-    return out
+ref_decode = decode_reference(head_dim=D)
 
 
 def main() -> None:

@@ -41,89 +41,24 @@ if REAL_CODEC:
     _qcache_real.enable()  # upstream's Triton decoder runs in Triton's CPU interpreter
 
 import torch
+from _ring_ref import HKV, HQ, PAGE, attend, decode_reference, visible
 
-PAGE = 256
-HQ, HKV = 4, 2
 D = int(PAYLOAD.get("head_dim", 16))
-
-
-def attend(
-    q_rows: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], scale: float
-) -> torch.Tensor:
-    """One query position (HQ, D) over its visible key rows, fp32 math, fp16 out."""
-    k = torch.stack(keys).float()  # (n, HKV, D)
-    v = torch.stack(values).float()
-    k = k.repeat_interleave(HQ // HKV, dim=1)
-    v = v.repeat_interleave(HQ // HKV, dim=1)
-    s = torch.einsum("hd,nhd->hn", q_rows.float(), k) * scale
-    p = torch.softmax(s, dim=-1)
-    return torch.einsum("hn,nhd->hd", p, v).half()
-
-
-def visible(qpos: int, end: int, window: tuple[int, int]) -> range:
-    left, right = window
-    return range(max(0, qpos - left), min(end, qpos + right + 1))
 
 
 def page_row(k_pages: torch.Tensor, bt_row: torch.Tensor, logical: int) -> tuple[int, int]:
     return int(bt_row[logical // PAGE]), logical % PAGE
 
 
-def ref_decode(
-    q,
-    k,
-    v,
-    k_pages,
-    v_pages,
-    bt,
-    cache_seqlens,
-    causal=True,
-    softmax_scale=None,
-    window_size=(-1, -1),
-    softcap=0.0,
-    sinks=None,
-    max_kv_len=None,
-    qc=None,
-    pre_appended_len=0,
-    n_kv_heads_override=None,
-):
-    """Reference for paged_attn_triton_decode: append k/v at cache_seqlens through bt, attend over the pages.
-    With qc (packed quantized pages), the step's rows are already in the cache (pre_appended_len)."""
-    bsz, qlen = q.shape[:2]
-    out = torch.empty_like(q)
-    left, right = window_size
-    right = 0 if causal else right
+def _dequant(words: torch.Tensor, scales: torch.Tensor, bits: int) -> torch.Tensor:
+    if REAL_CODEC:
+        return _qcache_real.dequant_rows(words, scales, bits, HKV)
+    from _qcache_ref import dequant_rows
 
-    for b in range(bsz):
-        base = int(cache_seqlens[b])
-        for r in range(qlen if qc is None else 0):
-            page, row = page_row(k_pages, bt[b], base + r)
-            k_pages[page, row].copy_(k[b, r])
-            v_pages[page, row].copy_(v[b, r])
-        end = base + qlen
-        pages = bt[b].long()[torch.arange(end) // PAGE]
-        rows = torch.arange(end) % PAGE
-        if qc is None:
-            all_k, all_v = k_pages[pages, rows], v_pages[pages, rows]
-        else:
-            sk, sv, kb, vb = qc
-            if REAL_CODEC:
+    return dequant_rows(words, scales, bits)
 
-                def dequant_rows(w, s, bits):
-                    return _qcache_real.dequant_rows(w, s, bits, HKV)
-            else:
-                from _qcache_ref import dequant_rows
-            all_k = dequant_rows(k_pages[pages, rows], sk[pages, rows], kb).view(end, HKV, D)
-            all_v = dequant_rows(v_pages[pages, rows], sv[pages, rows], vb).view(end, HKV, D)
-        for r in range(qlen):
-            span = visible(base + r, end, (left, right))
-            out[b, r] = attend(
-                q[b, r],
-                list(all_k[span.start : span.stop]),
-                list(all_v[span.start : span.stop]),
-                softmax_scale,
-            )
-    return out
+
+ref_decode = decode_reference(_dequant, head_dim=D)
 
 
 def ref_prefill(
@@ -154,7 +89,7 @@ def ref_prefill(
         rows_k += list(k_new[b])
         rows_v += list(v_new[b])
         for r in range(qlen):
-            span = visible(hot + r, hot + k_new.shape[1], (left, right))
+            span = visible(hot + r, hot + k_new.shape[1], left, right)
             out[b, r] = attend(q[b, r], [rows_k[j] for j in span], [rows_v[j] for j in span], softmax_scale)
     return out
 
@@ -277,7 +212,7 @@ def main() -> None:
                 p0 = rs.position
                 record(b, p0, k[b], v[b])
                 for r in range(n):
-                    span = visible(p0 + r, p0 + n, (win[0], 0 if causal else win[1]))
+                    span = visible(p0 + r, p0 + n, win[0], 0 if causal else win[1])
                     if quant_oracle:
                         # decode: the step's rows are quantized into the ring before attention; prefill: the
                         # chunk's own rows are read from the projection (fp16), the earlier ones from the ring

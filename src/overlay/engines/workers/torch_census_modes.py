@@ -1,0 +1,269 @@
+"""The torch census's two torch modes: a TorchFunctionMode for the Python-level tensor calls a CPU torch does not
+dispatch (host reads, ``.to``, pinning, data factories) and a TorchDispatchMode for every aten op (part of
+torch_census; runs inside an engine arm, never imports overlay)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch_census_steps import call_site
+
+if TYPE_CHECKING:
+    from torch_census import Census
+
+NON_LAUNCH = {
+    "detach",
+    "lift_fresh",
+    "alias",
+    "empty",
+    "empty_strided",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "_local_scalar_dense",
+    "set_",
+    "resize_",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_nonzero",
+    "_nested_tensor_from_mask_left_aligned",
+    "is_same_size",
+    "_has_compatible_shallow_copy_type",
+    "record_stream",
+}
+SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
+_DEVICE_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
+)
+_FACTORIES_WITH_DATA = {"tensor", "as_tensor"}
+
+
+def _device_target(census: Census, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
+    """For ``Tensor.to(...)``: True (device), False (host) or None (no device given: a dtype conversion)."""
+    candidates = [kwargs.get("device"), kwargs.get("other"), *args[1:]]
+    for c in candidates:
+        if isinstance(c, torch.Tensor):
+            return census.is_device(c)
+        if isinstance(c, int) and not isinstance(c, bool):
+            return True
+        if isinstance(c, str):
+            c = torch.device(c)
+        if isinstance(c, torch.device):
+            return c.type != "cpu" or c.index is not None
+    return None
+
+
+def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of a ``Tensor.to`` call with every device spelled as the CPU (a CPU torch has no other)."""
+
+    def fix(a: Any) -> Any:
+        if isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool)):
+            return torch.device("cpu")
+        return a
+
+    return (args[0], *[fix(a) for a in args[1:]]), {
+        k: (fix(v) if k == "device" else v) for k, v in kwargs.items()
+    }
+
+
+def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from tensors_in(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from tensors_in(x)
+
+
+class FunctionMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped here
+    """Python-level calls a CPU torch does not dispatch: host reads, ``.to``, pinning, data factories."""
+
+    def __init__(self, census: Census) -> None:
+        super().__init__()
+        self.c = census
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        c = self.c
+        kwargs = dict(kwargs or {})
+        if c._tls.replay_depth:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if name == "is_pinned" and src is not None:
+            return c.is_pinned(src)
+        if name == "pin_memory" and src is not None:
+            with c.host():
+                out = src.clone()
+            return c.mark_host(out, pinned=True)
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            with c.host():
+                out = func(*args, **kwargs)
+            for t in tensors_in(out):
+                c.mark_host(t, pinned=True)
+            return out
+        if c._tls.kernel_depth:
+            return func(*args, **kwargs)
+        if name in _FACTORIES_WITH_DATA and func in (torch.tensor, torch.as_tensor):
+            device = kwargs.get("device")
+            with c.host():
+                out = func(*args, **{k: v for k, v in kwargs.items() if k != "device"})
+            c.mark_host(out)
+            data = args[0] if args else None
+            if isinstance(data, torch.Tensor) and func is torch.as_tensor and device is None:
+                return data
+            if device is None or (_device_target(c, (None, device), {}) is False and not c.cpu_is_device):
+                return out
+            c._h2d(out, out.nbytes, blocking=True, how=f"torch.{name}(device=)")
+            with c.host():
+                dev = out.clone()
+            return c.mark_device(dev)
+        if src is None:
+            out = func(*args, **kwargs)
+            if (
+                c.placement == "is_cuda"
+                and c.device_class is not None
+                and name in _DEVICE_FACTORIES
+                and getattr(torch, name, None) is func
+                and kwargs.get("device") is not None
+                and _device_target(c, (None, kwargs["device"]), {}) is True
+                and isinstance(out, torch.Tensor)
+                and not getattr(out, "is_cuda", False)
+            ):
+                out = c.mark_device(out)  # device memory made by a factory (device= the device's spelling)
+            return out
+        if name in ("tolist", "numpy", "__array__"):
+            if c.is_device(src):
+                c._sync(f"Tensor.{name}", src.nbytes)
+            return func(*args, **kwargs)
+        if name in ("cpu", "cuda", "to"):
+            target = False if name == "cpu" else True if name == "cuda" else _device_target(c, args, kwargs)
+            if name == "to" and target is False and c.cpu_is_device:
+                target = not c.is_device(src)  # the engine's device is spelled "cpu": host -> it is an upload
+            if target is None or target == c.is_device(src):
+                if name == "cuda":
+                    return src
+                return func(*args, **kwargs)
+            non_blocking = bool(kwargs.get("non_blocking", False))
+            if target:
+                c._h2d(src, src.nbytes, blocking=not non_blocking, how=f"Tensor.{name}")
+            elif non_blocking:
+                c.count("bytes-moved", src.nbytes, kind="d2h-async")
+            else:
+                c._sync(f"Tensor.{name}", src.nbytes)
+            c._tls.transfer_depth += 1
+            try:
+                if name == "cuda":
+                    out = src.clone()
+                else:
+                    cargs, ckw = _on_cpu(args, kwargs)
+                    out = func(*cargs, **ckw)
+                    if out is src:
+                        out = src.clone()
+            finally:
+                c._tls.transfer_depth -= 1
+            if target:
+                c._alloc(out)
+            return c.mark_device(out) if target else c.mark_host(out)
+        return func(*args, **kwargs)
+
+
+class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
+    """Every aten op: host syncs by op, copies between placements, launches, allocations."""
+
+    def __init__(self, census: Census) -> None:
+        super().__init__()
+        self.c = census
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        c = self.c
+        kwargs = kwargs or {}
+        if c._tls.replay_depth:
+            return func(*args, **kwargs)
+        name = func._schema.name.split("::", 1)[-1]
+        ns = func.namespace
+        inputs = list(tensors_in(args)) + list(tensors_in(kwargs))
+        in_host_scope = c._tls.host_depth > 0
+        any_device = not in_host_scope and any(c.is_device(t) for t in inputs)
+        tags = set(func.tags)
+        in_kernel = c._tls.kernel_depth > 0
+        if any_device and not c._tls.transfer_depth and not in_kernel:
+            if name in SYNC_OPS or torch.Tag.data_dependent_output in tags:
+                nbytes = inputs[0].element_size() if name == "_local_scalar_dense" else 0
+                c._sync(f"aten.{name}", nbytes)
+            elif torch.Tag.dynamic_output_shape in tags or name == "index_put_":
+                masked = any(t.dtype in (torch.bool, torch.uint8) for t in tensors_in(args[1:]))
+                if name not in ("index", "index_put_") or masked:
+                    site = call_site()
+                    c.count("host-syncs", kind=f"aten.{name}", site=site)
+                    c._violation(f"data-dependent shape (aten.{name})", site)
+            if name == "copy_" and len(args) >= 2 and isinstance(args[1], torch.Tensor):
+                dst, src = args[0], args[1]
+                non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+                dst_dev, src_dev = c.is_device(dst), c.is_device(src)
+                if dst_dev and not src_dev:
+                    c._h2d(src, src.nbytes, blocking=not non_blocking, how="copy_")
+                elif src_dev and not dst_dev:
+                    if non_blocking:
+                        c.count("bytes-moved", src.nbytes, kind="d2h-async")
+                    else:
+                        c._sync("copy_ to host", src.nbytes)
+        out = func(*args, **kwargs)
+        if c._tape is not None and not in_host_scope and (any_device or c._tls.transfer_depth or not inputs):
+            c._tape.ops.append((func, args, kwargs, out))  # device work a CUDA graph would hold
+        if ns in ("_c10d_functional", "c10d") and not in_kernel:
+            c.count("collectives", kind=f"{ns}.{name}")
+            return out
+        is_factory = not inputs
+        device_out = not in_host_scope and (any_device or (is_factory and c.untracked == "device"))
+        if name == "copy_" and len(inputs) >= 2:
+            if (
+                c.is_device(inputs[0])
+                and c.is_device(inputs[1])
+                and not in_host_scope
+                and not c._tls.transfer_depth
+                and not in_kernel
+            ):
+                c.count("graph-launches" if c._capture_depth else "eager-launches", kind="aten.copy_")
+            return out
+        outs = list(tensors_in(out))
+        if not func.is_view and name not in ("copy_",):
+            for t in outs:
+                if device_out:
+                    c.mark_device(t)
+                else:
+                    c.mark_host(t)
+        elif func.is_view and inputs:
+            base = "device" if c.is_device(inputs[0]) else ("pinned" if c.is_pinned(inputs[0]) else "host")
+            for t in outs:
+                c._place[t] = base
+        if (
+            device_out
+            and not c._tls.transfer_depth
+            and not in_kernel
+            and not func.is_view
+            and name not in NON_LAUNCH
+        ):
+            c.count("graph-launches" if c._capture_depth else "eager-launches", kind=f"aten.{name}")
+        if (
+            device_out
+            and not c._tls.transfer_depth
+            and not func.is_view
+            and torch.Tag.inplace not in tags
+            and not name.endswith("_")
+        ):
+            for t in outs:
+                c._alloc(t)
+        return out
