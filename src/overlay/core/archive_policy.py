@@ -16,7 +16,9 @@ Refused in a wheel (the pinned upstream wheel, and wheels built from an sdist or
 ``upstream.allow-members`` names the allowance:
 - a second ``.dist-info`` folder (never allowed);
 - a ``.data`` folder (allowance ``"data"``; only the wheel's own ``<dist>-<version>.data``);
-- a ``.pth`` file at the install root (allowance ``"pth"``): it runs code at every interpreter start.
+- a ``.pth`` file at the install root (allowance ``"pth"``): it runs code at every interpreter start;
+- WHEEL ``Tag`` lines that differ from the file name's tags (allowance ``"wheel-tags"``: a release renamed after it
+  was built, as vLLM's are; the patched wheel keeps upstream's WHEEL and file name).
 
 Refused in a patch, always: a created or renamed path into ``.git``, a symlink or submodule mode, a path under a
 ``.dist-info`` or ``.data`` folder, a ``.pth`` file at the wheel root (the upstream artifact is the reference: a patch
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
     from overlay.core.series.model import Patch
 
 MemberKind = Literal["file", "dir", "symlink", "hardlink", "device", "fifo", "socket", "submodule", "other"]
-Allowance = Literal["data", "pth"]
-ALLOWANCES: tuple[Allowance, ...] = ("data", "pth")
+Allowance = Literal["data", "pth", "wheel-tags"]
+ALLOWANCES: tuple[Allowance, ...] = ("data", "pth", "wheel-tags")
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 
 _KIND_WORDS: dict[str, str] = {

@@ -153,7 +153,7 @@ def pip_not_found(stderr: str) -> tuple[str, str] | None:
 
 def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
     """pip arguments that select exactly the pinned file (by its tags for a wheel, source for an sdist)."""
-    req = f"{manifest.distribution}=={manifest.upstream.version}"
+    req = f"{manifest.distribution_of(artifact)}=={manifest.upstream.version}"
     args = ["download", "--no-deps", "--disable-pip-version-check", req]
     if artifact.is_wheel:
         _name, _ver, _build, tags = parse_wheel_filename(artifact.filename)
@@ -162,7 +162,11 @@ def pip_download_args(manifest: Manifest, artifact: Artifact) -> list[str]:
         if tag.platform != "any":
             args += ["--platform", tag.platform]
         if tag.interpreter.startswith(("cp", "pp")) and tag.interpreter[2:].isdigit():
-            args += ["--python-version", tag.interpreter[2:], "--implementation", tag.interpreter[:2]]
+            pyver = tag.interpreter[2:]
+            # abi3: a floor, not the version; Requires-Python may ask for more (vllm: cp38, >=3.11)
+            if tag.abi == "abi3":
+                pyver = max(pyver, f"{sys.version_info[0]}{sys.version_info[1]}", key=int)
+            args += ["--python-version", pyver, "--implementation", tag.interpreter[:2]]
         if tag.abi not in ("none",):
             args += ["--abi", tag.abi]
     else:
@@ -190,7 +194,7 @@ def pip_download(
         raise not_found(*missing)
     if proc.returncode != 0:
         raise ExternalCommandError(
-            f"pip could not download {manifest.distribution}=={manifest.upstream.version} (selected like "
+            f"pip could not download {manifest.distribution_of(like)}=={manifest.upstream.version} (selected like "
             f"{like.filename}): {proc.stderr.strip()[-1500:]}",
             tip=tip,
         )

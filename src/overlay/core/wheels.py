@@ -123,7 +123,8 @@ def read_wheel(path: Path, *, policy: MemberPolicy = STRICT) -> WheelContents:
     ):
         raise IntegrityError(f"{path.name}: {contents.dist_info} lacks METADATA or WHEEL")
     verify_record(tree, dist_info, where=where)
-    _check_wheel_tags(contents)
+    if "wheel-tags" not in policy.allow:
+        _check_wheel_tags(contents)
     return contents
 
 
@@ -237,7 +238,9 @@ def _check_wheel_tags(contents: WheelContents) -> None:
     in_name = {str(t) for t in tags}
     if declared and declared != in_name:
         raise IntegrityError(
-            f"{contents.name.filename()}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}"
+            f"{contents.name.filename()}: WHEEL declares tags {sorted(declared)} but the file name says {sorted(in_name)}",
+            tip="if the upstream release really ships it so (renamed after the build), say so in the manifest: "
+            'upstream.allow-members = ["wheel-tags"] (docs/commands/apply.md)',
         )
 
 

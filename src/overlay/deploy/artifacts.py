@@ -68,7 +68,9 @@ def apply_all(
             )
         )
     folder = out_dir or default_out_dir(root, engine)
-    stale = stale_wheels(folder, manifest.distribution, [r.wheel for r in results])
+    built = [r.wheel for r in results]
+    distributions = dict.fromkeys(manifest.distribution_of(a) for a in order)  # a release under several names
+    stale = [w for dist in distributions for w in stale_wheels(folder, dist, built)]
     removed: list[Path] = []
     if prune_stale:
         removed = prune(stale)

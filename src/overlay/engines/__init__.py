@@ -20,6 +20,7 @@ ADAPTERS: dict[str, str] = {
     "exllamav3": "overlay.engines.exllamav3:ExLlamaV3Adapter",
     "mlx-lm": "overlay.engines.mlx_lm:MlxLmAdapter",
     "sglang": "overlay.engines.sglang:SglangAdapter",
+    "vllm": "overlay.engines.vllm:VllmAdapter",
 }
 
 WORKERS = Path(__file__).parent / "workers"

