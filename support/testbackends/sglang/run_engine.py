@@ -23,8 +23,9 @@ Output::
 
 Greedy decoding is the default (``temperature`` 0). Several runs share one process so the import cost is paid
 once. Speculative runs use the ``intel_amx`` attention backend with the platform forced to report AMX (the
-stand-in ``sgl_kernel`` provides the attention ops); ``torch_native`` is refused for EAGLE-family algorithms.
-Never shipped inside a patched wheel.
+stand-in ``sgl_kernel`` provides the attention ops); ``torch_native`` is refused for EAGLE-family algorithms. A
+run that selects ``intel_amx`` itself (``"engine_args": {"attention_backend": "intel_amx"}``: plain runs of MLA models,
+which ``torch_native`` cannot serve) gets the same platform fact. Never shipped inside a patched wheel.
 """
 
 from __future__ import annotations
@@ -105,10 +106,11 @@ def _run_one(payload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
     saved = {k: os.environ.get(k) for k in run.get("env", {})}
     os.environ.update({k: str(v) for k, v in run.get("env", {}).items()})
-    if run.get("spec"):
+    kwargs = _engine_kwargs(payload, run)
+    if kwargs["attention_backend"] == "intel_amx":
         _force_amx_platform()
     started = time.monotonic()
-    engine = sglang.Engine(**_engine_kwargs(payload, run))
+    engine = sglang.Engine(**kwargs)
     try:
         base = {
             "temperature": 0.0,

@@ -366,8 +366,11 @@ def extend_attention_cpu(
     tree_mask: torch.Tensor | None,
     is_causal: bool,
 ) -> None:
-    """Extend queries (the last ``extend_seq_lens[i]`` tokens of each row, K/V already in the cache) attend to the
-    whole row, causally when ``is_causal``."""
+    """Extend queries (the last ``extend_seq_lens[i]`` tokens of each row) attend to the whole row, causally when
+    ``is_causal``. As in the real kernel, the prefix (the first ``seq_lens[i] - extend_seq_lens[i]`` tokens) is read
+    from the cache and the extend part from ``k_extend``/``v_extend`` when they are given (from the cache when they
+    are ``None``), so the two may differ in layout: DeepSeek's MHA prefill over an MLA latent cache passes
+    per-head K/V here while the cache holds the latent rows."""
     _unsupported(
         "extend_attention_cpu",
         cross_attention=is_cross_attention,
@@ -381,11 +384,19 @@ def extend_attention_cpu(
         rows, seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist()
     ):
         length, ext, start = int(length), int(ext), int(start)
-        idx = req_to_token[row, :length].to(torch.long)
+        if k_extend is not None and v_extend is not None:
+            keys, values = k_extend[start : start + ext], v_extend[start : start + ext]
+            if length > ext:
+                idx = req_to_token[row, : length - ext].to(torch.long)
+                keys = torch.cat([k_buffer[idx].to(keys.dtype), keys])
+                values = torch.cat([v_buffer[idx].to(values.dtype), values])
+        else:
+            idx = req_to_token[row, :length].to(torch.long)
+            keys, values = k_buffer[idx], v_buffer[idx]
         out = _attend(
             q_extend[start : start + ext],
-            k_buffer[idx],
-            v_buffer[idx],
+            keys,
+            values,
             scaling,
             logit_cap,
             (length - ext) if is_causal else None,
