@@ -171,6 +171,12 @@ def test_sampling_compare_detects_a_changed_distribution() -> None:
     a = runs([0.4, 0.3, 0.2, 0.1], 50)
     ident = sampling.compare(a, a, categories=["a"], temperature=0.7, positions=3)
     assert ident["identical_runs"] == ident["runs"] == 50 and ident["min_p"] == 1.0
+    assert "seed for seed" in sampling.gate(ident, "exact")["detail"]
+    once = sampling.compare(a, a, categories=["a"], temperature=0.7, positions=3, seeded=False)
+    assert (
+        "one seeded engine" in sampling.gate(once, "exact")["detail"]
+        and not sampling.SEEDED_PER_RUN["sglang"]
+    )
 
 
 def test_cli_bad_prompts_file_exits_2_before_building(cli: Any, tmp_path: Path) -> None:

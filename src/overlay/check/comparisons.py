@@ -223,6 +223,7 @@ def sampling_step(
         categories=[p["category"] for p in prompts[:n]],
         temperature=options.temperature,
         positions=options.sample_positions,
+        seeded=sampling.SEEDED_PER_RUN.get(manifest.name, True),
     )
     if active_class in ("exact", "lossless"):
         gates.append(sampling.gate(result, active_class))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from overlay.check import sampling
 from overlay.check.census_report import top_primitives_diff, top_sites_diff
 from overlay.check.html_parts import (
     CSS,
@@ -95,7 +96,7 @@ def sampling_section(sm: dict[str, Any] | None) -> str:
                 f"{sm['min_p']:.3g} (prompt {worst.get('prompt')}, position {worst.get('position')})",
             ],
             ["distributions equal", sm["equal"]],
-            ["runs identical seed for seed", f"{sm['identical_runs']}/{sm['runs']}"],
+            [sampling.identical_label(sm), f"{sm['identical_runs']}/{sm['runs']}"],
         ],
         ["measure", "value"],
     )

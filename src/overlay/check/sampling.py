@@ -19,6 +19,9 @@ from overlay.check.envs import Arm
 
 WORKERS = Path(__file__).parent / "workers"
 SAMPLERS = {"mlx-lm": WORKERS / "sample_mlx_lm.py", "sglang": WORKERS / "sample_sglang.py"}
+SEEDED_PER_RUN = {"mlx-lm": True, "sglang": False}
+"""Whether the engine's sampler reseeds each run (then an exact patch matches stock seed for seed), or draws every run
+from one engine seeded once (runs match only while both arms schedule the same batches)."""
 ALPHA = 0.01
 SAMPLE_PROMPTS = 4  # the first prompts of the set
 
@@ -59,6 +62,7 @@ def compare(
     categories: list[str],
     temperature: float,
     positions: int,
+    seeded: bool = True,
     alpha: float = ALPHA,
 ) -> dict[str, Any]:
     """Per prompt and position: the chi-square test of stock's vs patched's sampled tokens."""
@@ -90,7 +94,17 @@ def compare(
         "equal": all(t["p"] >= threshold for t in informative),
         "identical_runs": identical,
         "runs": total,
+        "seeded": seeded,
     }
+
+
+def identical_label(result: dict[str, Any]) -> str:
+    """What ``identical_runs`` counts: the same seed in both arms, or the same draw of one engine seeded once."""
+    return (
+        "runs identical seed for seed"
+        if result.get("seeded", True)
+        else "runs identical draw for draw (one seeded engine per arm)"
+    )
 
 
 def gate(result: dict[str, Any], cls: str) -> dict[str, Any]:
@@ -102,6 +116,6 @@ def gate(result: dict[str, Any], cls: str) -> dict[str, Any]:
         "gate": f"sampling distribution at T={result['temperature']:g} equals stock's",
         "passed": bool(result["equal"]),
         "detail": f"{result['informative_tests']} chi-square tests over {result['seeds']} runs per prompt, "
-        f"Bonferroni threshold {result['threshold']:.2g}{where}; {result['identical_runs']}/{result['runs']} runs "
-        "identical run for run",
+        f"Bonferroni threshold {result['threshold']:.2g}{where}; {identical_label(result)}: "
+        f"{result['identical_runs']}/{result['runs']}",
     }
