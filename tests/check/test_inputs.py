@@ -193,3 +193,19 @@ def test_cli_temperature_out_of_range(cli: Any) -> None:
 def test_cli_unknown_model_kind_names_the_kinds(cli: Any) -> None:
     r = cli("--root", str(REPO), "check", "mlx-lm", "--target-kind", "qwen3_5-randm")
     assert r.code == 2 and "did you mean 'qwen3_5-random'" in r.err and "deepseek_v3-random" in r.err
+
+
+def test_a_given_model_folder_needs_a_config(tmp_path: Path) -> None:
+    from overlay.check.adapter import given_models
+    from overlay.engines import get_adapter
+    from overlay.errors import UsageError
+
+    assert given_models(None, tmp_path) is None
+    with pytest.raises(UsageError, match="not a model folder"):
+        given_models(tmp_path, None)
+    (tmp_path / "config.json").write_text("{}")
+    assert given_models(tmp_path, None) is not None
+    # every engine's adapter takes the user's model through the same rule
+    for name in ("mlx-lm", "sglang", "vllm"):
+        with pytest.raises(UsageError, match="not a model folder"):
+            get_adapter(name).models(root=tmp_path, arm=None, model=tmp_path / "x", draft=None, reporter=None)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from overlay.check.envs import Arm
+from overlay.errors import UsageError
 from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
@@ -26,6 +27,16 @@ class Models:
     draft: Path | None = None  # the "real" drafter
     draft_kind: str | None = None
     extra: dict[str, Path] = field(default_factory=dict)
+
+
+def given_models(model: Path | None, draft: Path | None) -> Models | None:
+    """The user's ``--model``/``--draft-model`` (None when no ``--model`` was given); a folder without config.json is
+    refused (exit 2)."""
+    if model is None:
+        return None
+    if not (model / "config.json").is_file():
+        raise UsageError(f"--model {model} is not a model folder (no config.json)")
+    return Models(target=model, draft=draft)
 
 
 class EngineAdapter(Protocol):

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from overlay.check.adapter import Models
+from overlay.check.adapter import Models, given_models
 from overlay.check.census import Variant
 from overlay.check.envs import Arm
 from overlay.engines import WORKERS
@@ -46,10 +46,8 @@ class MlxLmAdapter:
     ) -> Models:
         from overlay.check import models as tinymodels
 
-        if model is not None:
-            if not (model / "config.json").is_file():
-                raise UsageError(f"--model {model} is not a model folder (no config.json)")
-            return Models(target=model, draft=draft)
+        if (given := given_models(model, draft)) is not None:
+            return given
         tk = target_kind or DEFAULT_TARGET
         dk = draft_kind or DEFAULT_DRAFT
         reporter.step("model", f"bundled tiny models: target {tk}, draft {dk}")

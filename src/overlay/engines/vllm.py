@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from overlay.check.adapter import Models
+from overlay.check.adapter import Models, given_models
 from overlay.check.envs import Arm
 from overlay.engines import WORKERS
 from overlay.engines.exllamav3 import run_patch_tests
-from overlay.errors import UsageError
 from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
@@ -51,10 +50,8 @@ class VllmAdapter:
     ) -> Models:
         from overlay.check import models as tinymodels
 
-        if model is not None:
-            if not (model / "config.json").is_file():
-                raise UsageError(f"--model {model} is not a model folder (no config.json)")
-            return Models(target=model, draft=draft)
+        if (given := given_models(model, draft)) is not None:
+            return given
         tk = target_kind or DEFAULT_TARGET
         reporter.step("model", f"bundled tiny model: target {tk} (trained with the stock mlx-lm arm)")
         python = (
