@@ -19,16 +19,9 @@ import random
 from typing import Any
 
 from probe_io import emit, read_payload
+from spec_controller_sim import _alpha_at
 
 SHADOW = 16  # what the generator keeps: the target's view of the last 16 serial tokens
-
-
-def _alpha_at(phases: list[list[float]], token: int) -> float:
-    a = phases[0][1]
-    for start, value in phases:
-        if token >= start:
-            a = value
-    return a
 
 
 def simulate(sc: dict[str, Any]) -> dict[str, Any]:
