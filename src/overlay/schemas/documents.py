@@ -390,6 +390,7 @@ class SpecRequest(TypedDict):
     prompts: list[list[int]]
     k: int
     max_tokens: int
+    adaptive_draft: NotRequired[bool]  # mlx-lm: the patched adaptive draft-length controller
     options: NotRequired[Options]
 
 
@@ -398,6 +399,7 @@ class SpeedRequest(TypedDict):
     model: str
     prompt: list[int]
     decode_tokens: int
+    inner_reps: NotRequired[int]  # timed repetitions after the warm-up (the workers' default: 3)
     options: NotRequired[Options]
 
 
@@ -418,6 +420,11 @@ class CensusRequest(TypedDict):
     draft: NotRequired[str]
     drafter_layers: NotRequired[Literal["ring", "paged"]]
     sampler: NotRequired[dict[str, Any]]
+    # the mlx-lm census's own knobs (its defaults when absent): prompt text, prefill chunk, draft length, prompt length
+    prompt_text: NotRequired[str]
+    chunk: NotRequired[int]
+    num_draft: NotRequired[int]
+    prompt_tokens: NotRequired[int]
 
 
 WorkerRequest = (

@@ -153,7 +153,8 @@ def runs(arms: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
 
 
 def _logits(case: dict[str, Any]) -> np.ndarray:
-    return np.load(case["logits"])
+    logits: np.ndarray = np.load(case["logits"])
+    return logits
 
 
 def _assert_bit_exact(a: dict[str, Any], b: dict[str, Any], what: str) -> None:

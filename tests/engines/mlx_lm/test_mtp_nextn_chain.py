@@ -28,7 +28,8 @@ def families(arms: Arms, repo_root: Path) -> dict[str, Any]:
     built: dict[str, Any] = arms.stock.run_json(
         PROBES / "mtp_build.py", {"out": str(repo_root / "build" / "models")}
     )
-    return built["models"]
+    models: dict[str, Any] = built["models"]
+    return models
 
 
 def test_nextn_chain_matches_the_published_definition(arms: Arms, families: dict[str, Any]) -> None:

@@ -152,7 +152,7 @@ def _cli_text(arm: Any, model: str, *extra: str) -> str:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    parts = proc.stdout.split("==========")
+    parts: list[str] = proc.stdout.split("==========")
     assert len(parts) >= 3, proc.stdout
     return parts[1].strip()
 

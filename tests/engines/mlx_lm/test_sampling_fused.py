@@ -131,7 +131,7 @@ def results(arms: Any) -> dict[str, Any]:
     return {"stock": stock, "patched": patched, "off": off}
 
 
-def _tv(hist: dict[str, int], exact: dict[str, float]) -> float:
+def _tv(hist: dict[int, int], exact: dict[int, float]) -> float:
     n = sum(hist.values())
     keys = set(hist) | set(exact)
     return 0.5 * sum(abs(hist.get(k, 0) / n - exact.get(k, 0.0)) for k in keys)

@@ -31,7 +31,7 @@ SIM = Path(__file__).parent / "probes" / "spec_controller_sim.py"
 TOKENS = 64
 SEEDS = range(8)
 NOISE = 0.3
-CANT_PAY = {
+CANT_PAY: dict[str, dict[str, Any]] = {
     "useless": {
         "k_max": 3,
         "tokens": 512,
@@ -73,7 +73,7 @@ CANT_PAY = {
         "alpha": [[0, 0.5]],
     },
 }
-PAYS = {
+PAYS: dict[str, dict[str, Any]] = {
     "drafter": {
         "k_max": 4,
         "tokens": 512,
@@ -91,7 +91,7 @@ PAYS = {
         "alpha": [[0, 0.75]],
     },
 }
-SHIFTS = {
+SHIFTS: dict[str, dict[str, Any]] = {
     "collapse": {
         "k_max": 3,
         "tokens": 512,
@@ -167,12 +167,12 @@ def test_adaptive_matches_serial(arms: Arms, models: dict[str, str]) -> None:
     stock = arms.stock.run_json(RUN, {"cases": [c for c in cases if c["api"] == "serial"]})["cases"]
     patched = arms.patched.run_json(RUN, {"cases": cases})["cases"]
     for target, draft, window in pairs:
-        ref = [r["tokens"] for r in stock[f"serial/{target}/{window}"]["runs"]]
+        ref_tokens = [r["tokens"] for r in stock[f"serial/{target}/{window}"]["runs"]]
         for k in (2, 4):
             case = patched[f"{target}/{draft}/{window}/k{k}"]
             assert "error" not in case, case
             for i, run in enumerate(case["runs"]):
-                assert run["tokens"] == ref[i], f"{target}/{draft}/{window}/k{k} prompt {i}"
+                assert run["tokens"] == ref_tokens[i], f"{target}/{draft}/{window}/k{k} prompt {i}"
                 st = run["stats"]
                 assert st["serial_tokens"] + st["accepted"] + st["cycles"] >= TOKENS
                 assert st["k"] is None or 1 <= st["k"] <= k

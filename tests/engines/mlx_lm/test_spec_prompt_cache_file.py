@@ -42,7 +42,8 @@ def _cached_text(arm: Any, model: str, cache: Path, *extra: str) -> str:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.split("==========")[1].strip()
+    text: str = proc.stdout.split("==========")[1].strip()
+    return text
 
 
 def _cache_prompt(arms: Arms, model: str, out: Path) -> Path:

@@ -39,7 +39,8 @@ def _cli(arm: Any, model: str, prompt: str, tokens: int) -> str:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.split("==========")[1].strip()
+    text: str = proc.stdout.split("==========")[1].strip()
+    return text
 
 
 def test_second_turn_reuses_a_complete_cache(arms: Arms, models: dict[str, str]) -> None:

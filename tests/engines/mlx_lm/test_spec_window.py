@@ -21,7 +21,7 @@ TOKENS = 64
 
 
 def _configs(models: dict[str, str]) -> list[tuple[str, str, str, int | None]]:
-    out = []
+    out: list[tuple[str, str, str, int | None]] = []
     for window in (16, 32):
         for draft in ("qwen3-noisy", "qwen3"):
             out.append((f"qwen3-W{window}/{draft}", models["qwen3"], models[draft], window))

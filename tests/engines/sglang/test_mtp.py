@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sglang_support import UnitCases, engine_results, regime_stats, tokens
 
 from overlay.check.envs import Arms
@@ -52,7 +54,7 @@ def test_acceptance_stats_by_regime(units: UnitCases, arms: Arms) -> None:
     assert tokens(patched_runs["standalone"]) == tokens(stock_runs["standalone"])
     assert regime_stats(stock_runs["standalone"]) == [], "stock must not publish the statistics"
 
-    def summed(outputs: list[dict]) -> list[int]:
+    def summed(outputs: list[dict[str, Any]]) -> list[int]:
         width = max(len(o["meta_info"]["spec_correct_drafts_histogram"]) for o in outputs)
         total = [0] * width
         for o in outputs:
@@ -64,8 +66,8 @@ def test_acceptance_stats_by_regime(units: UnitCases, arms: Arms) -> None:
     assert [(r["temperature_bucket"], r["workload"]) for r in rows] == [("greedy", "default")]
     assert rows[0]["correct_drafts_histogram"] == summed(patched_runs["standalone"]["outputs"])
 
-    rows = {(r["temperature_bucket"], r["workload"]): r for r in regime_stats(patched_runs["sampled"])}
-    assert set(rows) == {("greedy", "code"), ("(0.5,0.9]", "chat")}
+    by_regime = {(r["temperature_bucket"], r["workload"]): r for r in regime_stats(patched_runs["sampled"])}
+    assert set(by_regime) == {("greedy", "code"), ("(0.5,0.9]", "chat")}
     code, chat_out = patched_runs["sampled"]["outputs"]
-    assert rows[("greedy", "code")]["correct_drafts_histogram"] == summed([code])
-    assert rows[("(0.5,0.9]", "chat")]["correct_drafts_histogram"] == summed([chat_out])
+    assert by_regime[("greedy", "code")]["correct_drafts_histogram"] == summed([code])
+    assert by_regime[("(0.5,0.9]", "chat")]["correct_drafts_histogram"] == summed([chat_out])

@@ -98,7 +98,7 @@ def _hist_sum(outputs: list[dict[str, Any]]) -> list[int]:
 
 
 def _accept_length(outputs: list[dict[str, Any]]) -> float:
-    verifies = sum(o["meta_info"]["spec_verify_ct"] for o in outputs)
+    verifies: int = sum(o["meta_info"]["spec_verify_ct"] for o in outputs)
     accepted = sum(i * n for i, n in enumerate(_hist_sum(outputs)))
     return (verifies + accepted) / verifies
 

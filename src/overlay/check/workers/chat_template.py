@@ -10,7 +10,7 @@ import sys
 
 def main() -> None:
     req = json.loads(sys.stdin.read())
-    from transformers import AutoTokenizer  # type: ignore[import-not-found]
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(req["model"])
     texts: list[str] = []

@@ -31,10 +31,10 @@ def _kwargs(options: dict[str, Any], fn: Any) -> tuple[dict[str, Any], dict[str,
 
 def main() -> None:
     req = json.loads(sys.stdin.read())
-    import mlx.core as mx  # type: ignore[import-not-found]
-    from mlx_lm import load  # type: ignore[import-not-found]
-    from mlx_lm.generate import generate_step  # type: ignore[import-not-found]
-    from mlx_lm.sample_utils import make_sampler  # type: ignore[import-not-found]
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+    from mlx_lm.sample_utils import make_sampler
 
     model, _tok = load(req["model"])
     sampler = make_sampler(temp=float(req["temperature"]), top_k=int(req.get("top_k") or 0))

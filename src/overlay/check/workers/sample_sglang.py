@@ -25,8 +25,8 @@ def main() -> None:
         raise SystemExit(
             f"sample_sglang: CLI options {sorted(req['options'])} are not applied by the CPU engine"
         )
-    import run_engine  # type: ignore[import-not-found]  # test infrastructure, on the arm's PYTHONPATH
-    import sglang  # type: ignore[import-not-found]
+    import run_engine  # test infrastructure, on the arm's PYTHONPATH
+    import sglang
 
     n = int(req["positions"])
     runs = [(p, s) for p in range(len(req["prompts"])) for s in req["seeds"]]

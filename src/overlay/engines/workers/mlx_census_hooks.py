@@ -17,7 +17,6 @@ from __future__ import annotations
 #   primitive ids each call created, so a graph's count also gives a Metal estimate (fallback primitives collapsed to
 #   one per call). mx.compile fuses elementwise primitives on both backends, but it cannot fuse across a Metal fast
 #   kernel: the fast calls made while a compiled function was traced are added back, once per call, to the estimate.
-
 #
 # Memory, from mlx's own allocator counters (mx.get_active_memory / get_peak_memory / reset_peak_memory; mx.metal.* on
 # older mlx), which the CPU backend keeps as the Metal one does (bytes of live buffers, the allocator's free-buffer
@@ -31,6 +30,12 @@ from __future__ import annotations
 #   transpose without a copy: 0 bytes), allocations outside counted evaluations.
 # - peak-memory: the allocator's high-water mark over the census steps (bytes, a level: weights, caches and the
 #   steps' transients together, both models of a speculative run), not a per-step sum.
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import re
+    from collections import Counter
+    from collections.abc import Callable
 
 _FAST = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
 
@@ -38,7 +43,11 @@ _FAST = ("rms_norm", "layer_norm", "rope", "scaled_dot_product_attention")
 class Memory:
     """mlx's allocator counters: the window peak kept across the per-evaluation peak resets of bytes-moved."""
 
-    def __init__(self, mx) -> None:
+    active: Callable[[], int]
+    peak_now: Callable[[], int]
+    reset_peak: Callable[[], None]
+
+    def __init__(self, mx: Any) -> None:
         api = mx if hasattr(mx, "get_peak_memory") else mx.metal
         self.active, self.peak_now, self.reset_peak = (
             api.get_active_memory,
@@ -75,11 +84,19 @@ class Memory:
         return list(self.intervals)
 
 
-_NODE = None  # compiled regex, set on first use
+_NODE: re.Pattern[str] | None = None  # compiled regex, set on first use
 
 
 class Census:
-    def __init__(self, mx) -> None:
+    ops: Counter[str]
+    metal: Counter[str]
+    fallback: Counter[str]
+    evals: Counter[str]
+    syncs: Counter[str]
+    moved: Counter[str]
+    compiled_fast: Counter[str]
+
+    def __init__(self, mx: Any) -> None:
         import re
         from collections import Counter
 
@@ -88,12 +105,12 @@ class Census:
         self.mx = mx
         self.Counter = Counter
         self.mem = Memory(mx)
-        self.streams: list = []
+        self.streams: list[Any] = []
         self.phase = "main"
         self.tracing = 0
         self.fast_ids: dict[int, tuple[str, int]] = {}  # primitive id -> (label, fast call number)
         self.fast_calls = 0
-        self.calls: Counter = Counter()  # model forwards by phase
+        self.calls: Counter[str] = Counter()  # model forwards by phase
         self.fast_log: list[str] = []
         self.reset()
 
@@ -103,12 +120,12 @@ class Census:
         self.moved = C()  # bytes-moved: per phase, the sum over evaluations of their allocation high-water
         self.mem.restart()
         self.compiled_fast = C()  # fast calls inside compiled functions (Metal runs each as its own kernel)
-        self.eval_sites: dict[str, C] = {}
-        self.op_sites: dict[str, C] = {}
-        self.prims: dict[str, C] = {}
-        self.moved_sites: dict[str, C] = {}
+        self.eval_sites: dict[str, Counter[str]] = {}
+        self.op_sites: dict[str, Counter[str]] = {}
+        self.prims: dict[str, Counter[str]] = {}
+        self.moved_sites: dict[str, Counter[str]] = {}
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         import copy
 
         return copy.deepcopy(
@@ -132,7 +149,7 @@ class Census:
         ) | {"peak": self.mem.peak()}
 
     # graph walking -------------------------------------------------
-    def graph(self, arrays: list) -> list[tuple[int, str]]:
+    def graph(self, arrays: list[Any]) -> list[tuple[int, str]]:
         import io
 
         arrays = [a for a in arrays if isinstance(a, self.mx.array)]
@@ -140,10 +157,11 @@ class Census:
             return []
         buf = io.StringIO()
         self.mx.export_to_dot(buf, *arrays)
+        assert _NODE is not None  # set by __init__
         return [(int(i), name) for i, name in _NODE.findall(buf.getvalue())]
 
-    def flatten(self, tree) -> list:
-        out: list = []
+    def flatten(self, tree: Any) -> list[Any]:
+        out: list[Any] = []
         stack = [tree]
         while stack:
             t = stack.pop()
@@ -155,7 +173,7 @@ class Census:
                 out.append(t)
         return out
 
-    def materialise(self, kind: str, arrays: list, depth: int = 2) -> str | None:
+    def materialise(self, kind: str, arrays: list[Any], depth: int = 2) -> str | None:
         """Counts one evaluation; returns its site (None while a compiled function is traced)."""
         if self.tracing:
             return None
@@ -164,7 +182,7 @@ class Census:
         f = sys._getframe(depth)
         site = f"{short(f.f_code.co_filename)}:{f.f_lineno}"
         nodes = self.graph(arrays)
-        groups = set()
+        groups: set[int] = set()
         fallback = 0
         for pid, name in nodes:
             hit = self.fast_ids.pop(pid, None)
@@ -190,7 +208,7 @@ class Census:
         for stream in (*self.streams, None):
             self.mx.synchronize(stream)
 
-    def evaluate(self, site: str | None, run, *args):
+    def evaluate(self, site: str | None, run: Callable[..., Any], *args: Any) -> Any:
         """Runs one counted evaluation to completion and adds the bytes it allocated to ``bytes-moved``."""
         if site is None:
             return run(*args)
@@ -211,16 +229,16 @@ class Census:
         census = self
         real_eval, real_async = mx.eval, mx.async_eval
 
-        def eval_(*args):
+        def eval_(*args: Any) -> Any:
             site = census.materialise("eval", census.flatten(args))
             return census.evaluate(site, real_eval, *args)
 
-        def async_eval_(*args):
+        def async_eval_(*args: Any) -> Any:
             site = census.materialise("async_eval", census.flatten(args))
 
             def run_async(
-                *a,
-            ):  # waited for here, so its allocations are its own (counted as async all the same)
+                *a: Any,
+            ) -> None:  # waited for here, so its allocations are its own (counted as async all the same)
                 real_async(*a)
                 real_eval(*a)
 
@@ -231,7 +249,7 @@ class Census:
             real_maker = getattr(mx, maker, None)
             if real_maker is not None:
 
-                def made(*a, _real=real_maker, **k):
+                def made(*a: Any, _real: Any = real_maker, **k: Any) -> Any:
                     stream = _real(*a, **k)
                     census.streams.append(stream)
                     return stream
@@ -240,7 +258,7 @@ class Census:
         for meth in ("item", "tolist", "__bool__", "__int__", "__float__"):
             real = getattr(mx.array, meth)
 
-            def hooked(self_, *a, _real=real, _kind=meth.strip("_"), **k):  # noqa: B008 (bound per method)
+            def hooked(self_: Any, *a: Any, _real: Any = real, _kind: str = meth.strip("_"), **k: Any) -> Any:
                 site = census.materialise(_kind, [self_])
                 return census.evaluate(site, lambda: _real(self_, *a, **k))
 
@@ -251,10 +269,10 @@ class Census:
                 setattr(mx.fast, name, self._fast(name, real_fast))
         real_compile = mx.compile
 
-        def compile_(fun, *a, **k):
+        def compile_(fun: Callable[..., Any], *a: Any, **k: Any) -> Any:
             fast_in_trace: list[list[str]] = [[]]
 
-            def traced(*args, **kw):
+            def traced(*args: Any, **kw: Any) -> Any:
                 census.tracing += 1
                 before = census.fast_log
                 census.fast_log = []
@@ -268,7 +286,7 @@ class Census:
             compiled = real_compile(traced, *a, **k)
 
             class Call:  # an instance, not a function: like mx.compile's result it does not bind as a method
-                def __call__(self, *args, **kw):
+                def __call__(self, *args: Any, **kw: Any) -> Any:
                     out = compiled(*args, **kw)
                     if not census.tracing:
                         census.metal[census.phase] += len(fast_in_trace[0])
@@ -279,10 +297,10 @@ class Census:
 
         mx.compile = compile_
 
-    def _fast(self, name, real):
+    def _fast(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         census = self
 
-        def fast(*args, **kw):
+        def fast(*args: Any, **kw: Any) -> Any:
             if census.tracing:
                 census.fast_log.append(name)
                 return real(*args, **kw)
@@ -296,12 +314,12 @@ class Census:
 
         return fast
 
-    def tag_model(self, model, phase: str):
+    def tag_model(self, model: Any, phase: str) -> Any:
         """Forward calls of ``model`` switch the census phase (target: verify; drafter: draft)."""
         census = self
         cls = type(model)
 
-        def __call__(self_, *a, **k):
+        def __call__(self_: Any, *a: Any, **k: Any) -> Any:
             census.phase = phase
             census.calls[phase] += 1
             return cls.__call__(self_, *a, **k)

@@ -6,19 +6,25 @@ imported by overlay itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import mlx_lm_options as options
 from mlx_census_hooks import Census
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import CensusRequest
 
 DRAFT_ROUND_PROMPT = 288  # prompt tokens of draft-round (spec-verify-step: 8)
 
 
-def _diff(a: dict, b: dict, steps: int, phase: str) -> dict:
+def _diff(a: dict[str, Any], b: dict[str, Any], steps: int, phase: str) -> dict[str, Any]:
     """Per-step counts of ``phase`` between two snapshots."""
 
-    def per(key):
-        return (b[key][phase] - a[key][phase]) / steps
+    def per(key: str) -> float:
+        count: float = (b[key][phase] - a[key][phase]) / steps
+        return count
 
-    def sites(key, top=12):
+    def sites(key: str, top: int = 12) -> list[list[Any]]:
         old = a[key].get(phase, {})
         new = b[key].get(phase, {})
         moved = {s: (new.get(s, 0) - old.get(s, 0)) / steps for s in set(new) | set(old)}
@@ -40,7 +46,9 @@ def _diff(a: dict, b: dict, steps: int, phase: str) -> dict:
     }
 
 
-def _census_result(scenario: str, steps: int, d: dict, compiled_fast: float, notes: list) -> dict:
+def _census_result(
+    scenario: str, steps: int, d: dict[str, Any], compiled_fast: float, notes: list[str]
+) -> dict[str, Any]:
     metrics = {
         "ops-per-token": d["ops"],
         "evals-per-token": d["evals"],
@@ -69,7 +77,7 @@ def _census_result(scenario: str, steps: int, d: dict, compiled_fast: float, not
     }
 
 
-def task_census(req: dict) -> dict:
+def task_census(req: CensusRequest) -> dict[str, Any]:
     import mlx.core as mx
 
     census = Census(mx)
@@ -89,13 +97,13 @@ def task_census(req: dict) -> dict:
     base = tok.encode(
         req.get("prompt_text") or "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
     )
-    notes: list = [
+    notes: list[str] = [
         f"sampler: make_sampler({req['sampler']})"
         if req.get("sampler")
         else "sampler: generate_step's default (greedy_sampler), the path of `mlx_lm.generate` at temp 0"
     ]
 
-    def prompt_of(n: int):
+    def prompt_of(n: int) -> Any:
         ids = (base * (n // max(len(base), 1) + 1))[:n]
         return mx.array(ids)
 
@@ -121,7 +129,7 @@ def task_census(req: dict) -> dict:
     if scenario == "prefill-chunk":
         chunk = int(req.get("chunk", 16))
 
-        def to_first(n: int) -> dict:
+        def to_first(n: int) -> dict[str, Any]:
             census.reset()
             start = census.snapshot()
             for _ in generate_step(prompt_of(n), model, max_tokens=1, prefill_step_size=chunk, **opts):
@@ -134,8 +142,8 @@ def task_census(req: dict) -> dict:
         d_long = _diff(long["a"], long["b"], steps, "main")
         d_short = _diff(short["a"], short["b"], steps, "main")
         d = {k: d_long[k] - d_short[k] for k in ("ops", "metal", "fallback", "evals", "syncs", "moved")}
-        for k in ("eval_sites", "op_sites", "prims", "moved_sites", "peak"):
-            d[k] = d_long[k]
+        for key in ("eval_sites", "op_sites", "prims", "moved_sites", "peak"):
+            d[key] = d_long[key]
         notes.append(
             f"per chunk of {chunk} tokens: (prompt of {steps}x{chunk}+1 tokens) - (prompt of 1 token), "
             "counted up to the first token; sites are those of the long prompt, per chunk; peak-memory: "
@@ -152,7 +160,7 @@ def task_census(req: dict) -> dict:
         prompt = prompt_of(n_prompt)
         max_tokens = (steps + 3) * (k + 1)
 
-        def run_spec() -> list:
+        def run_spec() -> list[dict[str, Any]]:
             marks, last = [], -1
             gen = speculative_generate_step(
                 prompt, model, draft, num_draft_tokens=k, max_tokens=max_tokens, **opts
@@ -182,5 +190,6 @@ def task_census(req: dict) -> dict:
     raise ValueError(f"census: unknown scenario {scenario!r}")
 
 
-def _compiled_fast(census: Census, a: dict, b: dict, steps: int, phase: str) -> float:
-    return (b["compiled_fast"][phase] - a["compiled_fast"][phase]) / max(steps, 1)
+def _compiled_fast(census: Census, a: dict[str, Any], b: dict[str, Any], steps: int, phase: str) -> float:
+    calls: float = (b["compiled_fast"][phase] - a["compiled_fast"][phase]) / max(steps, 1)
+    return calls

@@ -36,7 +36,7 @@ def accepted(fn: Any) -> set[str]:
 
 def split(
     options: dict[str, str | None] | None, fn: Any, *, fixed: tuple[str, ...] = ()
-) -> tuple[dict, dict]:
+) -> tuple[dict[str, Any], dict[str, str]]:
     """(keyword arguments for ``fn``, {option: why it is not applied}) for the request's ``options``; ``fixed``:
     the parameters the task sets itself."""
     params = accepted(fn)
@@ -53,6 +53,8 @@ def split(
     return kwargs, unused
 
 
-def report(kwargs: dict[str, Any], unused: dict[str, str], options: dict[str, str | None] | None) -> dict:
+def report(
+    kwargs: dict[str, Any], unused: dict[str, str], options: dict[str, str | None] | None
+) -> dict[str, Any]:
     applied = {name: raw for name, raw in (options or {}).items() if keyword(name) in kwargs}
     return {"applied": applied, "unused": unused}

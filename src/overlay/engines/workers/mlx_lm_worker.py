@@ -15,6 +15,18 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import (
+        CensusRequest,
+        ColdRequest,
+        GreedyRequest,
+        LogitsRequest,
+        SpecRequest,
+        SpeedRequest,
+        TokenizeRequest,
+    )
 
 T_START = time.time()
 
@@ -26,17 +38,17 @@ import mlx_lm_options as options  # noqa: E402
 SAMPLER_FIXED = ("max_tokens", "sampler")  # generate_step arguments every task sets itself
 
 
-def _load(path: str):
+def _load(path: str) -> Any:
     from mlx_lm import load
 
     return load(path)
 
 
-def _argmax_sampler(mx):
+def _argmax_sampler(mx: Any) -> Any:
     return lambda logprobs: mx.argmax(logprobs, axis=-1)
 
 
-def _step_options(req: dict) -> tuple[dict, dict]:
+def _step_options(req: GreedyRequest | SpeedRequest | ColdRequest) -> tuple[dict[str, Any], dict[str, Any]]:
     """generate_step's keyword arguments from the request's options, and the options report."""
     from mlx_lm.generate import generate_step
 
@@ -44,12 +56,12 @@ def _step_options(req: dict) -> tuple[dict, dict]:
     return kwargs, options.report(kwargs, unused, req.get("options"))
 
 
-def task_tokenize(req: dict) -> dict:
+def task_tokenize(req: TokenizeRequest) -> dict[str, Any]:
     _model, tok = _load(req["model"])
     return {"ids": [tok.encode(p) for p in req["prompts"]], "vocab_size": len(tok.get_vocab())}
 
 
-def task_greedy(req: dict) -> dict:
+def task_greedy(req: GreedyRequest) -> dict[str, Any]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
@@ -75,7 +87,7 @@ def task_greedy(req: dict) -> dict:
     return {"outputs": outputs, "margins": margins, "files": files, "options": used}
 
 
-def task_logits(req: dict) -> dict:
+def task_logits(req: LogitsRequest) -> dict[str, Any]:
     import mlx.core as mx
 
     model, _tok = _load(req["model"])
@@ -93,7 +105,7 @@ def task_logits(req: dict) -> dict:
     }
 
 
-def task_speed(req: dict) -> dict:
+def task_speed(req: SpeedRequest) -> dict[str, Any]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
@@ -127,7 +139,7 @@ def task_speed(req: dict) -> dict:
     return {"prefill_tok_s": med[0], "decode_tok_s": med[1], "decode_cpu_tok_s": med[2], "options": used}
 
 
-def task_spec(req: dict) -> dict:
+def task_spec(req: SpecRequest) -> dict[str, Any]:
     """Speculative greedy decoding, once per draft in ``drafts`` (label -> draft model folder, or "mtp": the model
     drafts with its own MTP head, patched mlx-lm only, loaded with keep_mtp). ``adaptive_draft``: the patched
     adaptive controller. The options go to speculative_generate_step (through stream_generate); the draft model,
@@ -145,7 +157,7 @@ def task_spec(req: dict) -> dict:
     )
     if req.get("adaptive_draft"):
         kwargs["adaptive_draft"] = True
-    drafts: dict = {}
+    drafts: dict[str, Any] = {}
     for label, path in req["drafts"].items():
         if path == "mtp":
             draft, kind = None, {"draft_kind": "mtp"}
@@ -176,7 +188,7 @@ def task_spec(req: dict) -> dict:
     return {"drafts": drafts, "options": options.report(kwargs, unused, req.get("options"))}
 
 
-def task_cold(req: dict) -> dict:
+def task_cold(req: ColdRequest) -> dict[str, Any]:
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
@@ -195,7 +207,7 @@ def task_cold(req: dict) -> dict:
     }
 
 
-def task_options(req: dict) -> dict:
+def task_options(req: dict[str, Any]) -> dict[str, Any]:
     """Which generating tasks would apply each of the request's options in this arm (nothing is run): the check
     reads it before its comparisons, to know which CLI-flag patches they exercise."""
     from mlx_lm.generate import generate_step, speculative_generate_step
@@ -203,8 +215,8 @@ def task_options(req: dict) -> dict:
     spec_fixed = (*SAMPLER_FIXED, "draft_model", "draft_kind", "num_draft_tokens")
     calls = {"greedy": (generate_step, SAMPLER_FIXED), "spec": (speculative_generate_step, spec_fixed)}
     calls |= {"speed": calls["greedy"], "cold": calls["greedy"], "sample": calls["greedy"]}
-    reach: dict = {name: [] for name in req.get("options") or {}}
-    unused: dict = {}
+    reach: dict[str, list[str]] = {name: [] for name in req.get("options") or {}}
+    unused: dict[str, dict[str, str]] = {}
     for task, (fn, fixed) in calls.items():
         kwargs, why = options.split(req.get("options"), fn, fixed=fixed)
         for name in options.report(kwargs, why, req.get("options"))["applied"]:
@@ -213,7 +225,7 @@ def task_options(req: dict) -> dict:
     return {"reach": reach, "unused": unused}
 
 
-def task_census(req: dict) -> dict:
+def task_census(req: CensusRequest) -> dict[str, Any]:
     from mlx_lm_census import task_census as census
 
     return census(req)

@@ -109,7 +109,7 @@ def register() -> None:
 def _one_launch_per_standin_kernel(census: Any) -> None:
     """The sgl_kernel stand-in (test infrastructure) writes each CUDA kernel as torch ops and host reads; on a GPU each
     call is one kernel launch and none of those reads happens, so each call counts as one launch and nothing inside."""
-    import sgl_kernel  # type: ignore[import-not-found]  # the arm's
+    import sgl_kernel  # the arm's
     import torch
 
     if "standin" not in getattr(sgl_kernel, "__version__", ""):
@@ -131,7 +131,7 @@ def _in_scheduler() -> bool:
 
 def _install(scenario: str) -> None:
     if scenario in ("decode-step", "prefill-chunk"):
-        from sglang.srt.managers.scheduler import Scheduler  # type: ignore[import-not-found]
+        from sglang.srt.managers.scheduler import Scheduler
 
         def is_kind(self: Any, batch: Any, *args: Any, **kwargs: Any) -> bool:
             mode = getattr(batch, "forward_mode", None)
@@ -142,7 +142,7 @@ def _install(scenario: str) -> None:
         Scheduler.run_batch = _stepped(Scheduler.run_batch, scenario, when=is_kind, keep_open=True)
         Scheduler.process_batch_result = _stepped(Scheduler.process_batch_result, scenario, close=True)
         return
-    from sglang.srt.speculative import eagle_worker_v2 as w  # type: ignore[import-not-found]
+    from sglang.srt.speculative import eagle_worker_v2 as w
 
     target = {
         "spec-verify-step": (w.EAGLEWorkerV2, "verify"),

@@ -12,7 +12,18 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import (
+        CensusRequest,
+        ColdRequest,
+        GreedyRequest,
+        LogitsRequest,
+        SpecRequest,
+        SpeedRequest,
+        TokenizeRequest,
+    )
 
 T_START = time.time()
 
@@ -35,7 +46,7 @@ def _greedy_params(n: int) -> dict[str, Any]:
     return {"temperature": 0.0, "max_new_tokens": n, "ignore_eos": True}
 
 
-def task_tokenize(req: dict[str, Any]) -> dict[str, Any]:
+def task_tokenize(req: TokenizeRequest) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(Path(req["model"]) / "tokenizer.json"))
@@ -50,7 +61,7 @@ def _margins(top: list[Any]) -> list[float]:
     return out
 
 
-def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
+def task_greedy(req: GreedyRequest) -> dict[str, Any]:
     import numpy as np
 
     engine = _engine(req["model"])
@@ -76,11 +87,13 @@ def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
     return {"outputs": outputs, "margins": margins, "files": files}
 
 
-def task_logits(req: dict[str, Any]) -> dict[str, Any]:
+def task_logits(req: LogitsRequest) -> dict[str, Any]:
     """Teacher-forced log-probabilities of every input position over the whole vocabulary (input_top_logprobs with
     top_logprobs_num = vocabulary size; the tiny models' vocabularies make that affordable)."""
     import numpy as np
 
+    if req["vocab_size"] is None:
+        raise TypeError("the logits task needs the vocab_size the tokenize task reported")
     vocab = int(req["vocab_size"])
     engine = _engine(req["model"])
     files = []
@@ -106,7 +119,7 @@ def task_logits(req: dict[str, Any]) -> dict[str, Any]:
     return {"files": files}
 
 
-def task_spec(req: dict[str, Any]) -> dict[str, Any]:
+def task_spec(req: SpecRequest) -> dict[str, Any]:
     k = int(req["k"])
     results: dict[str, Any] = {}
     for label, draft in req["drafts"].items():
@@ -147,7 +160,7 @@ def task_spec(req: dict[str, Any]) -> dict[str, Any]:
     return {"drafts": results}
 
 
-def task_speed(req: dict[str, Any]) -> dict[str, Any]:
+def task_speed(req: SpeedRequest) -> dict[str, Any]:
     import statistics
 
     engine = _engine(req["model"])
@@ -175,7 +188,7 @@ def task_speed(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def task_cold(req: dict[str, Any]) -> dict[str, Any]:
+def task_cold(req: ColdRequest) -> dict[str, Any]:
     engine = _engine(req["model"])
     try:
         engine.generate(input_ids=[req["prompt"]], sampling_params=_greedy_params(1))
@@ -199,7 +212,7 @@ CENSUS_STANDIN = (
 )
 
 
-def task_census(req: dict[str, Any]) -> dict[str, Any]:
+def task_census(req: CensusRequest) -> dict[str, Any]:
     """One scenario of the CPU engine under the torch census (counted in the scheduler process, see
     sglang_census_hook.py); the patch's SGLANG_OPT_* switch comes in this process's environment."""
     import os

@@ -21,7 +21,17 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import (
+        ColdRequest,
+        GreedyRequest,
+        LogitsRequest,
+        SpeedRequest,
+        TokenizeRequest,
+        WorkerRequest,
+    )
 
 T_START = time.time()
 
@@ -63,11 +73,11 @@ def _greedy_params(n: int, **extra: Any) -> Any:
     return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, **extra)
 
 
-def _unused(req: dict[str, Any]) -> dict[str, Any]:
+def _unused(req: WorkerRequest) -> dict[str, Any]:
     return {"applied": {}, "unused": dict.fromkeys(req.get("options") or {}, UNUSED)}
 
 
-def task_tokenize(req: dict[str, Any]) -> dict[str, Any]:
+def task_tokenize(req: TokenizeRequest) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(Path(req["model"]) / "tokenizer.json"))
@@ -79,7 +89,7 @@ def _top2(entry: dict[int, Any] | None) -> list[float]:
     return (vals + [float("-inf")] * 2)[:2]
 
 
-def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
+def task_greedy(req: GreedyRequest) -> dict[str, Any]:
     import numpy as np
 
     llm = _llm(req["model"])
@@ -102,11 +112,13 @@ def task_greedy(req: dict[str, Any]) -> dict[str, Any]:
     return {"outputs": outputs, "margins": margins, "files": files, "options": _unused(req)}
 
 
-def task_logits(req: dict[str, Any]) -> dict[str, Any]:
+def task_logits(req: LogitsRequest) -> dict[str, Any]:
     """Teacher-forced log-probabilities of every input position over the whole vocabulary: vLLM's prompt logprobs
     with as many entries as the vocabulary has (the tiny models' 512 make that affordable)."""
     import numpy as np
 
+    if req["vocab_size"] is None:
+        raise TypeError("the logits task needs the vocab_size the tokenize task reported")
     vocab = int(req["vocab_size"])
     llm = _llm(req["model"], max_logprobs=vocab)
     files = []
@@ -129,7 +141,7 @@ def task_logits(req: dict[str, Any]) -> dict[str, Any]:
     return {"files": files, "options": _unused(req)}
 
 
-def task_speed(req: dict[str, Any]) -> dict[str, Any]:
+def task_speed(req: SpeedRequest) -> dict[str, Any]:
     import statistics
 
     llm = _llm(req["model"])
@@ -161,7 +173,7 @@ def task_speed(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def task_cold(req: dict[str, Any]) -> dict[str, Any]:
+def task_cold(req: ColdRequest) -> dict[str, Any]:
     """Process start to the first generated token with vLLM's default process layout (engine core and worker in
     their own processes)."""
     llm = _llm(req["model"], in_process=False)
