@@ -50,7 +50,7 @@ def _bool_mask(index: Any) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
 
 
-def _is_host_target(args: tuple, kwargs: dict) -> bool:
+def _is_host_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     targets = list(args[1:]) + [kwargs.get("device")]
     for t in targets:
         if isinstance(t, str) and t.startswith("cpu") and ":" not in t:
@@ -60,15 +60,17 @@ def _is_host_target(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-class Dev(torch.Tensor):
+class Dev(torch.Tensor):  # type: ignore[misc]
     """A CPU tensor posing as a CUDA tensor; host reads are counted in SYNC (see module docstring)."""
 
     @property
-    def is_cuda(self) -> bool:  # type: ignore[override]
+    def is_cuda(self) -> bool:
         return True
 
     @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if (
@@ -99,12 +101,13 @@ class CensusDev(Dev):
     """A Dev whose ``device`` is ``cpu:0`` (the census's spelling of "the device"; see the module docstring)."""
 
     @property
-    def device(self) -> torch.device:  # type: ignore[override]
+    def device(self) -> torch.device:
         return torch.device("cpu", 0)
 
 
 def dev(t: torch.Tensor) -> Dev:
-    return t.as_subclass(Dev)
+    d: Dev = t.as_subclass(Dev)
+    return d
 
 
 def host(t: torch.Tensor) -> torch.Tensor:
@@ -138,10 +141,10 @@ def install_cuda_mocks() -> None:
             return empty_like(*args, **kwargs)  # no pinned allocator on CPU torch: a plain host buffer
 
         host_empty_like._devsim = True  # type: ignore[attr-defined]
-        torch.empty_like = host_empty_like  # type: ignore[assignment]
-    torch.cuda.synchronize = synchronize  # type: ignore[assignment]
-    torch.cuda.Event = _Event  # type: ignore[assignment,misc]
-    torch.cuda.current_stream = lambda device=None: None  # type: ignore[assignment]
+        torch.empty_like = host_empty_like
+    torch.cuda.synchronize = synchronize
+    torch.cuda.Event = _Event
+    torch.cuda.current_stream = lambda device=None: None
 
 
 # Noise: uniform (0, 1) from a splitmix64 hash of (seed, index), then Gumbel as the kernels compute it
@@ -159,7 +162,8 @@ def _uniform(seed: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 def _gumbel(u: np.ndarray) -> np.ndarray:
-    return -np.log(np.maximum(-np.log(np.maximum(u, 1e-20)), 1e-20))
+    g: np.ndarray = -np.log(np.maximum(-np.log(np.maximum(u, 1e-20)), 1e-20))
+    return g
 
 
 def _noise_flat(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -183,7 +187,7 @@ def install_sampling_references(standin: Any) -> None:
     fused_sampler / fused_sampler_rows modes 0-2 (greedy, Gumbel, Gumbel + min-P)."""
     refs = standin.REFERENCES
 
-    def gumbel(kind: str):
+    def gumbel(kind: str) -> Any:
         def ref(x_in: torch.Tensor, x_out: torch.Tensor, seed: int) -> None:
             x = host(x_in).double().numpy()
             if kind == "log":

@@ -16,8 +16,12 @@ verifies it against upstream's decoder (every decoded value within half a grid s
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    import triton.language as tl
 
 PAGE = 256
 _KERNEL = None
@@ -62,15 +66,15 @@ def quant_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.reshape(*lead, dim // 32 * bits), scale.reshape(*lead, dim // 32)
 
 
-def _kernel():
+def _kernel() -> Any:
     global _KERNEL, _qc_load_v, tl
     if _KERNEL is None:
         import triton
         import triton.language as tl  # the interpreter resolves a kernel's names in this module's globals
         from exllamav3.modules.attention_fn.triton_paged import _qc_load_v
 
-        @triton.jit
-        def _dequant(
+        @triton.jit  # type: ignore[untyped-decorator]
+        def _dequant(  # type: ignore[no-untyped-def]
             qwords,
             scales,
             out,
@@ -125,7 +129,9 @@ def dequant_rows(words: torch.Tensor, scale: torch.Tensor, bits: int, n_kv_heads
     return (rot.float().view(-1, 32) @ _h32()).half().reshape(*lead, -1)
 
 
-def codec_check(gen: torch.Generator, bits: int, n_kv_heads: int, head_dim: int, rows: int = 64) -> dict:
+def codec_check(
+    gen: torch.Generator, bits: int, n_kv_heads: int, head_dim: int, rows: int = 64
+) -> dict[str, Any]:
     """The encoder against upstream's decoder: decoded values (rotated domain) vs the rotated input, in units of
     half a grid step (scale / 2m); <= 1 (plus fp16 rounding) when the encoder writes the format the decoder reads"""
     x = torch.randn(rows, n_kv_heads * head_dim, generator=gen).half()
@@ -141,19 +147,19 @@ def codec_check(gen: torch.Generator, bits: int, n_kv_heads: int, head_dim: int,
 
 
 def quant_cache_paged(
-    k_in,
-    k_out,
-    k_sc,
-    v_in,
-    v_out,
-    v_sc,
-    cache_seqlens,
-    block_table,
-    page_size,
-    seq_len,
-    compand_a,
-    in_contiguous,
-):
+    k_in: Any,
+    k_out: Any,
+    k_sc: Any,
+    v_in: Any,
+    v_out: Any,
+    v_sc: Any,
+    cache_seqlens: Any,
+    block_table: Any,
+    page_size: Any,
+    seq_len: Any,
+    compand_a: Any,
+    in_contiguous: Any,
+) -> None:
     kb = k_out.shape[-1] // k_sc.shape[-1]
     vb = v_out.shape[-1] // v_sc.shape[-1]
     for b in range(block_table.shape[0]):
@@ -165,10 +171,20 @@ def quant_cache_paged(
             k_out[page, row], k_sc[page, row], v_out[page, row], v_sc[page, row] = kw, ks, vw, vs
 
 
-def make_dequant_cache_paged(n_kv_heads: int):
+def make_dequant_cache_paged(n_kv_heads: int) -> Any:
     def dequant_cache_paged(
-        k_in, k_sc, k_out, v_in, v_sc, v_out, cache_seqlens, block_table, page_size, sliding_window, compand_a
-    ):
+        k_in: Any,
+        k_sc: Any,
+        k_out: Any,
+        v_in: Any,
+        v_sc: Any,
+        v_out: Any,
+        cache_seqlens: Any,
+        block_table: Any,
+        page_size: Any,
+        sliding_window: Any,
+        compand_a: Any,
+    ) -> None:
         kb = k_in.shape[-1] // k_sc.shape[-1]
         vb = v_in.shape[-1] // v_sc.shape[-1]
         for b in range(block_table.shape[0]):
@@ -185,6 +201,6 @@ def make_dequant_cache_paged(n_kv_heads: int):
     return dequant_cache_paged
 
 
-def install(standin_module, n_kv_heads: int) -> None:
+def install(standin_module: Any, n_kv_heads: int) -> None:
     standin_module.REFERENCES["quant_cache_paged"] = quant_cache_paged
     standin_module.REFERENCES["dequant_cache_paged"] = make_dequant_cache_paged(n_kv_heads)

@@ -12,11 +12,12 @@ places at the same address (same id()), as a reloaded or replaced target can be;
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from _common import run_cases
 
 
-def case(PAYLOAD: dict) -> dict:
+def case(PAYLOAD: dict[str, Any]) -> dict[str, Any]:
     import tempfile
     import weakref
     from pathlib import Path
@@ -34,7 +35,7 @@ def case(PAYLOAD: dict) -> dict:
         def __init__(self, table: torch.Tensor) -> None:
             self.table = table
 
-        def forward(self, ids, params):
+        def forward(self, ids: Any, params: Any) -> Any:
             nonlocal embedded_rows
             params.setdefault("input_ids", ids)
             embedded_rows += ids.numel()
@@ -76,7 +77,7 @@ def case(PAYLOAD: dict) -> dict:
             if PAYLOAD.get("swap") and r == PAYLOAD.get("rounds", 20) // 2:
                 id_reused = swap_embedding(target)
             anchors = torch.randint(0, vocab - 1, (bsz, 1), generator=gen)
-            params: dict = {}
+            params: dict[str, Any] = {}
             out = layer.forward(anchors, params)
             digests.append(hashlib.sha256(out.contiguous().numpy().tobytes()).hexdigest()[:16])
             input_ids.append(params["input_ids"].tolist())

@@ -13,11 +13,12 @@ payload: {"seed": int, "chunks": [int, ...], "draft_window": int|null, "layer_ty
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from _common import run_cases
 
 
-def case(PAYLOAD: dict) -> dict:
+def case(PAYLOAD: dict[str, Any]) -> dict[str, Any]:
     import tempfile
     from pathlib import Path
     from types import SimpleNamespace
@@ -31,19 +32,19 @@ def case(PAYLOAD: dict) -> dict:
     gen = torch.Generator().manual_seed(PAYLOAD["seed"])
     projected = {"fc_rows": 0, "kv_rows": 0}
 
-    def linear(w):
-        def forward(x, params, out_dtype=None):
+    def linear(w: Any) -> Any:
+        def forward(x: Any, params: Any, out_dtype: Any = None) -> Any:
             key = "fc_rows" if w.shape[0] == 2 * hidden else "kv_rows"
             projected[key] += x.shape[0] * x.shape[1]
             return (x.float() @ w).half()
 
         return SimpleNamespace(forward=forward)
 
-    def rms(x, params, out_dtype=None):
+    def rms(x: Any, params: Any, out_dtype: Any = None) -> Any:
         x = x.float()
         return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).half()
 
-    def rope_apply(k, q, position, positions, position_ids, *args):
+    def rope_apply(k: Any, q: Any, position: Any, positions: Any, position_ids: Any, *args: Any) -> Any:
         # rotate channel pairs by an angle that depends on the absolute position of each row
         bsz, n = k.shape[:2]
         pos = positions.view(bsz, 1).float() + torch.arange(n).view(1, n).float()
@@ -81,7 +82,7 @@ def case(PAYLOAD: dict) -> dict:
             state_layer.alloc("cpu")
         rs = cache.get_new_state()
 
-        def window_digest(layer) -> str:
+        def window_digest(layer: Any) -> str:
             k_states, v_states = cache.get_recurrent_layer((layer.layer_idx, 0)).get_state_tensors()
             n = min(layer.sliding_window + 1, rs.position - rs.window_beg)
             t0 = rs.position - n

@@ -11,10 +11,12 @@ or {"cases": [...]}
 
 from __future__ import annotations
 
+from typing import Any
+
 from _common import run_cases, staging_buffers
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     from types import SimpleNamespace
 
     import torch
@@ -33,11 +35,11 @@ def case(payload: dict) -> dict:
             self.caps = {"dflash_draft": True, "default_draft_size": block - 1}
             self.config = SimpleNamespace(block_size=block)
 
-        def forward(self, input_ids, params):
+        def forward(self, input_ids: Any, params: Any) -> Any:
             calls.append(["forward", input_ids.tolist(), sorted(params)])
             return input_ids.clone()
 
-        def sample_from_state(self, state, params):
+        def sample_from_state(self, state: Any, params: Any) -> Any:
             calls.append(["sample_from_state"])
             if payload.get("conf_len") is not None:
                 params["draft_confidence_len"] = payload["conf_len"]
@@ -48,7 +50,7 @@ def case(payload: dict) -> dict:
             self.caps = {"block_drafter": True, "default_draft_size": block - 1}
             self.block_size = block
 
-        def propose_block(self, input_ids, params):
+        def propose_block(self, input_ids: Any, params: Any) -> Any:
             calls.append(["propose_block", input_ids.tolist(), sorted(params)])
             if payload.get("conf_len") is not None:
                 params["draft_confidence_len"] = payload["conf_len"]
@@ -56,7 +58,7 @@ def case(payload: dict) -> dict:
 
     drafter = DFlashLike() if payload.get("drafter", "dflash") == "dflash" else ProposeOnly()
 
-    def job(i: int):
+    def job(i: int) -> Any:
         pos = int(torch.randint(300, 3000, (1,), generator=g))
         pages = (pos + 255) // 256 + 1
         seq = SimpleNamespace(

@@ -16,7 +16,7 @@ or {"cases": [...]}
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from _common import run_cases, staging_buffers
@@ -24,12 +24,12 @@ from _devsim import dev, host
 
 
 class _Capture:
-    current = None
+    current: FakeGraph | None = None
 
 
 class FakeGraph:
     def __init__(self) -> None:
-        self.ops: list = []
+        self.ops: list[Any] = []
         self.replays = 0
 
     def replay(self) -> None:
@@ -39,23 +39,23 @@ class FakeGraph:
 
 
 class _GraphContext:
-    def __init__(self, graph: FakeGraph, **kwargs) -> None:
+    def __init__(self, graph: FakeGraph, **kwargs: Any) -> None:
         self.graph = graph
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         _Capture.current = self.graph
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         _Capture.current = None
         return False
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     from exllamav3.generator import generator as gen_mod
 
-    torch.cuda.CUDAGraph = FakeGraph  # type: ignore[assignment,misc]
-    torch.cuda.graph = _GraphContext  # type: ignore[assignment,misc]
+    torch.cuda.CUDAGraph = FakeGraph
+    torch.cuda.graph = _GraphContext
 
     mode = payload.get("mode", "device")
     block = 8
@@ -75,15 +75,15 @@ def case(payload: dict) -> dict:
         return torch.tensor(rows, dtype=torch.long)
 
     ring = mode == "ring"
-    ring_bufs: list = []
+    ring_bufs: list[Any] = []
 
     class Drafter:
         # DFlash-like (forward + sample_from_state), as stock's round requires
-        caps: ClassVar[dict] = {"dflash_draft": True, "default_draft_size": block - 1}
+        caps: ClassVar[dict[str, Any]] = {"dflash_draft": True, "default_draft_size": block - 1}
         config = SimpleNamespace(block_size=block)
-        draft_verifier_params: ClassVar[dict] = {}
+        draft_verifier_params: ClassVar[dict[str, Any]] = {}
 
-        def forward(self, input_ids, params):
+        def forward(self, input_ids: Any, params: Any) -> Any:
             if ring:
                 # a window-ring layer's decode step: the wheel's RingStepBuffer (what _decode_state_prep runs with
                 # EXL3_OVL_SWA_RING_STATIC=1), then the state advance Model.forward makes (anchor ids: +1)
@@ -101,7 +101,7 @@ def case(payload: dict) -> dict:
                     rs.post_advance()
             return input_ids
 
-        def sample_from_state(self, input_ids, params):
+        def sample_from_state(self, input_ids: Any, params: Any) -> Any:
             if mode == "conf":
                 params["draft_confidence_len"] = block - 1
             graph = _Capture.current
@@ -136,7 +136,7 @@ def case(payload: dict) -> dict:
             graph.ops.append(work)
             return out
 
-    def job(i: int):
+    def job(i: int) -> Any:
         pos = int(torch.randint(300, 3000, (1,), generator=g))
         seq = SimpleNamespace(
             block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),
@@ -144,7 +144,7 @@ def case(payload: dict) -> dict:
         )
         state = {"anchor": int(torch.randint(0, 511, (1,), generator=g))}
 
-        def ids():
+        def ids() -> Any:
             return [torch.tensor([[state["anchor"]]])]
 
         return SimpleNamespace(
@@ -160,7 +160,7 @@ def case(payload: dict) -> dict:
     _staging = staging_buffers(4)
     bsz = payload.get("bsz", 2)
     jobs = [job(i) for i in range(bsz + 1)]
-    draft_cache = "draft-cache"
+    draft_cache: Any = "draft-cache"
     if ring:
         # window-ring drafter states (the wheel's SWAState, kv_state_size 512) at the jobs' positions
         from exllamav3.modules.sliding_attn import SWALayerState, SWAState

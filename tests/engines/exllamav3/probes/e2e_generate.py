@@ -12,15 +12,16 @@ payload: {"model": DIR, "draft_model": DIR|null, "ngram": int, "num_draft_tokens
 from __future__ import annotations
 
 import time
+from typing import Any
 
 T_PROCESS = time.perf_counter()
 
 from _common import run_cases
 
-_LOADED: dict = {}
+_LOADED: dict[tuple[str, str | None, int], Any] = {}
 
 
-def _load(path: str, draft: str | None, cache_tokens: int):
+def _load(path: str, draft: str | None, cache_tokens: int) -> Any:
     key = (path, draft, cache_tokens)
     if key in _LOADED:
         return _LOADED[key]
@@ -41,7 +42,7 @@ def _load(path: str, draft: str | None, cache_tokens: int):
     return _LOADED[key]
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
     from exllamav3 import Generator, Job
     from exllamav3.generator.sampler import ArgmaxSampler
@@ -61,7 +62,7 @@ def case(payload: dict) -> dict:
         ngram_match_min=payload.get("ngram", 0),
         recurrent_cache_size=0,
     )
-    out = {
+    out: dict[str, Any] = {
         "tokens": [],
         "ttft_process_s": None,
         "prefill_s": [],

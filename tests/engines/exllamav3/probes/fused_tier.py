@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from _common import run_cases
@@ -22,6 +23,7 @@ def _define(text: str, name: str, defines: list[str] | None = None) -> int | Non
     """The integer a macro of a header expands to, under the build's -D defines: a small preprocessor for the
     #ifdef / #ifndef / #else / #endif / #define NAME VALUE lines (VALUE a number or another macro)"""
     macros: dict[str, str] = {}
+    value: str | None
     for d in defines or []:
         key, _, value = d[2:].partition("=")
         macros[key] = value or "1"
@@ -44,21 +46,21 @@ def _define(text: str, name: str, defines: list[str] | None = None) -> int | Non
     return int(value) if value is not None else None
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import exllamav3
     import exllamav3.ext as ext_mod
     from exllamav3.modules import block_sparse_mlp, mlp
     from exllamav3.util import cuda_flags
 
     standin = ext_mod.exllamav3_ext
-    recorded: dict = {}
+    recorded: dict[str, Any] = {}
 
     class RecordingBC:
-        def __init__(self, guh, gu, a, down_xh, *rest):
+        def __init__(self, guh: Any, gu: Any, a: Any, down_xh: Any, *rest: Any) -> None:
             recorded["statics"] = [list(t.shape) for t in (guh, gu, a, down_xh)]
             self.calls: list[int] = []
 
-        def run_bszN(self, x, d):
+        def run_bszN(self, x: Any, d: Any) -> None:
             self.calls.append(int(x.shape[1]))
 
     standin.BC_GatedMLP = RecordingBC
@@ -71,7 +73,7 @@ def case(payload: dict) -> dict:
             self.inner = SimpleNamespace(K=4, bias=None, mul1=False, bc=f"{name}-bc")
             self.calls: list[int] = []
 
-        def forward(self, x, params):
+        def forward(self, x: Any, params: Any) -> Any:
             self.calls.append(int(x.shape[0] * x.shape[1]))
             return torch.zeros(x.shape[:-1] + (256,), dtype=torch.half)
 
@@ -95,7 +97,7 @@ def case(payload: dict) -> dict:
         device=torch.device("meta"),
         activation_fn_call=lambda g, u, a, limit: None,
     )
-    out: dict = {}
+    out: dict[str, Any] = {}
     try:
         mlp.GatedMLP.load_local(fake, torch.device("meta"), 0)
     except ValueError as e:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _common import run_cases, tiny_dflash2, tiny_llama
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     from exllamav3 import Cache, Config, Generator, Model
     from exllamav3.cache import CacheLayer_fp16
 

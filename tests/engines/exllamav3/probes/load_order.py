@@ -12,18 +12,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import run_cases, tiny_dflash2, tiny_llama
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import argparse
 
     from exllamav3 import Model, model_init
 
-    events = []
+    events: list[dict[str, Any]] = []
 
-    def recording_load(self, *args, **kwargs):
+    def recording_load(self: Any, *args: Any, **kwargs: Any) -> None:
         t0 = time.perf_counter()
         time.sleep(0.3)
         events.append(

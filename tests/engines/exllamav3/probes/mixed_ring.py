@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+from typing import Any
 
 from _common import run_cases
 from _ring_ref import HKV, HQ, PAGE, attend, decode_reference, visible
@@ -35,7 +36,7 @@ HIDDEN = 4 * D
 ref_decode = decode_reference(head_dim=D)
 
 
-def case(P: dict) -> dict:
+def case(P: dict[str, Any]) -> dict[str, Any]:
     if P.get("ring"):
         os.environ["EXL3_OVL_SWA_RING"] = "1"
     else:
@@ -77,14 +78,14 @@ def case(P: dict) -> dict:
             type(L).__name__ for L in layers
         ]
 
-        pending: dict[int, tuple] = {}
-        projected: dict[int, list] = {}
+        pending: dict[int, tuple[Any, ...]] = {}
+        projected: dict[int, list[Any]] = {}
 
-        def identity_rope(a, b, *args, **kw):
+        def identity_rope(a: Any, b: Any, *args: Any, **kw: Any) -> Any:
             return a, b
 
-        def kv_proj(i: int, which: int):
-            def forward(x, params, out_dtype=None):
+        def kv_proj(i: int, which: int) -> Any:
+            def forward(x: Any, params: Any, out_dtype: Any = None) -> Any:
                 rows = torch.randn(x.shape[0], x.shape[1], HKV * D, generator=gen).half()
                 projected.setdefault(i, [None, None])[which] = rows.view(x.shape[0], x.shape[1], HKV, D)
                 return rows
@@ -108,7 +109,7 @@ def case(P: dict) -> dict:
         states = [cache.get_new_state() for _ in range(bsz)]
         floors = [0] * bsz
         zero = torch.zeros(HKV, D).half()
-        hist = [
+        hist: list[list[tuple[list[Any], list[Any]]]] = [
             [([], []) for _ in range(bsz)] for _ in layers
         ]  # per layer, per row: (keys, values) by position
         mismatches = [0] * len(layers)
@@ -117,7 +118,7 @@ def case(P: dict) -> dict:
         digests = []
         errors = []
 
-        def record(i: int, b: int, pos0: int, keys, values, n: int) -> None:
+        def record(i: int, b: int, pos0: int, keys: Any, values: Any, n: int) -> None:
             # rows [pos0, pos0 + n) of layer i, row b; a cropped projection (0007) gave only the last rows
             m = keys.shape[0]
             hk, hv = hist[i][b]

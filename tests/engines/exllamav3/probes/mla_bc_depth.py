@@ -13,11 +13,12 @@ payload: {"share": bool (pass params["dsa_mtp_share"] as the generator does with
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from _common import run_cases
 
 
-def case(P: dict) -> dict:
+def case(P: dict[str, Any]) -> dict[str, Any]:
     import torch
     from exllamav3.modules import mla_attn
     from exllamav3.modules.mla_attn import MLAttention
@@ -32,13 +33,13 @@ def case(P: dict) -> dict:
     calls = []
     static = torch.zeros((1, 64), dtype=torch.int32)
 
-    def bc_mla_step(x, params, layer, block_table, cache_seqlens):
+    def bc_mla_step(x: Any, params: Any, layer: Any, block_table: Any, cache_seqlens: Any) -> Any:
         static.copy_(torch.arange(64, dtype=torch.int32).view(1, 64) + 100 * params.get("draft_step", 0))
         params["dsa_topk_indices"] = static
         calls.append({"depth": params.get("draft_step", 0), "path": "graph"})
         return torch.zeros_like(x)
 
-    def attend(x, bsz, seqlen, params, *args, **kwargs):
+    def attend(x: Any, bsz: Any, seqlen: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
         share = params.get("dsa_mtp_share")
         found = None if share is None else share.get(m.layer_idx)
         calls.append(
@@ -54,7 +55,7 @@ def case(P: dict) -> dict:
     m._attend = attend
     layer = SimpleNamespace(get_kv=lambda cache_seqlens, block_table: (None, None))  # fp16 MLA cache layer
     cache = SimpleNamespace(layers={(3, 0): layer})
-    share = {} if P.get("share") else None
+    share: dict[Any, Any] | None = {} if P.get("share") else None
     ctx = P.get("context", 1000)
     for depth in range(P.get("depths", 3)):
         params = {

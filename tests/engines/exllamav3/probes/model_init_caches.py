@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _common import run_cases, tiny_dflash2, tiny_llama
 
 
-def describe(cache) -> dict:
+def describe(cache: Any) -> dict[str, Any]:
     if cache is None:
         return {}
     layers = list(cache.layers.values())
@@ -30,7 +31,7 @@ def describe(cache) -> dict:
     }
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import argparse
 
     from exllamav3 import Model, model_init

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _common import run_cases, write_model
 
@@ -54,7 +55,7 @@ def tiny_glm(directory: Path, mtp_layers: int, with_mtp_tensors: bool) -> Path:
     return write_model(directory, config, tensors)
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import argparse
 
     import torch

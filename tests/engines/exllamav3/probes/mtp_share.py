@@ -11,20 +11,20 @@ payload: {"seed": int, "bsz": int, "rounds": int, "window": int, "share_caps": b
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from _common import run_cases, staging_buffers
 
 
-def _selection_checks(seed: int) -> dict:
+def _selection_checks(seed: int) -> dict[str, Any]:
     from exllamav3.modules import mla_attn
 
     extend = getattr(mla_attn, "mtp_extend_selection", None)
     if extend is None:
         return {"available": False}
     g = torch.Generator().manual_seed(seed)
-    failures = []
+    failures: list[list[Any]] = []
     trials = 0
     for _ in range(40):
         bsz = int(torch.randint(1, 4, (1,), generator=g))
@@ -52,7 +52,7 @@ def _selection_checks(seed: int) -> dict:
     return {"available": True, "trials": trials, "failures": failures, "depth0_identity": same is anchor}
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     from exllamav3.generator import generator as gen_mod
 
     g = torch.Generator().manual_seed(payload["seed"])
@@ -61,11 +61,11 @@ def case(payload: dict) -> dict:
     seen = []
 
     class Head:
-        caps: ClassVar[dict] = {"mtp_draft": True, "default_draft_size": window}
+        caps: ClassVar[dict[str, Any]] = {"mtp_draft": True, "default_draft_size": window}
         if payload.get("share_caps"):
             caps["mtp_index_share"] = True
 
-        def forward(self, input_ids, params):
+        def forward(self, input_ids: Any, params: Any) -> Any:
             share = params.get("dsa_mtp_share")
             seen.append(
                 {
@@ -78,10 +78,10 @@ def case(payload: dict) -> dict:
                 share.setdefault(0, params["draft_step"])  # what a depth-0 layer stores
             return torch.zeros((input_ids.shape[0], 1, 8)) + input_ids.view(-1, 1, 1).float()
 
-        def sample_from_state(self, state, params):
+        def sample_from_state(self, state: Any, params: Any) -> Any:
             return (state[:, :, 0].long() * 7 + params["draft_step"] + 3) % 500
 
-    def job(i: int):
+    def job(i: int) -> Any:
         pos = int(torch.randint(300, 3000, (1,), generator=g))
         seq = SimpleNamespace(
             block_index_tensor=torch.arange(i * 64, i * 64 + 14, dtype=torch.int32).view(1, -1),

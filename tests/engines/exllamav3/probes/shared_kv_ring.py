@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 from _common import emit, read_payload
 from _ring_ref import HKV, HQ, PAGE, attend, decode_reference
@@ -87,12 +88,12 @@ def main() -> None:
         drafter.q_proj = SimpleNamespace(forward=lambda x, params, out_dtype=None: x.half())
         drafter.o_proj = SimpleNamespace(forward=lambda x, params, out_dtype=None: x)
 
-        hist_k: list[list] = [[] for _ in range(bsz)]
-        hist_v: list[list] = [[] for _ in range(bsz)]
-        pending: list = []
+        hist_k: list[list[Any]] = [[] for _ in range(bsz)]
+        hist_v: list[list[Any]] = [[] for _ in range(bsz)]
+        pending: list[Any] = []
         target.project_qkv = lambda x, params: pending.pop()
         mismatches, checked, shifts = 0, 0, 0
-        examples = []
+        examples: list[Any] = []
         for _ in range(P.get("steps", 1200)):
             n = rnd.randint(1, P.get("max_step", 1))
             q = torch.randn(bsz, n, HQ, D, generator=gen).half()

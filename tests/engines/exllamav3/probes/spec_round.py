@@ -22,11 +22,12 @@ from __future__ import annotations
 import random
 import time
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from _common import run_cases
-from _devsim import SYNC, host_syncs, install_cuda_mocks, install_sampling_references
+from _devsim import SYNC, host_syncs, install_sampling_references
+from _devsim import install_cuda_mocks as install_cuda_mocks  # re-exported: the census worker replaces it
 
 VOCAB = 96
 PAGE = 256
@@ -38,7 +39,7 @@ def _truth(table: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.T
     return table[(ids * 31 + pos * 17) % table.shape[0]]
 
 
-def _loaded_embedding(model, payload: dict, dev, device) -> object:
+def _loaded_embedding(model: Any, payload: dict[str, Any], dev: Any, device: Any) -> object:
     """A real exllamav3 Embedding, placed as the loader places it (model_ls.py: system RAM when the module's caps
     say prefer_cpu, else the device), from a stand-in tensor collection; with payload["embed_on_device"] the
     model first goes through model_init.embed_on_device (the --embed_on_device option; patched wheel only)."""
@@ -52,10 +53,10 @@ def _loaded_embedding(model, payload: dict, dev, device) -> object:
         def has_tensor(self, name: str) -> bool:
             return name == key + ".weight"
 
-        def get_tensor_handle(self, name: str, optional: bool = False):
+        def get_tensor_handle(self, name: str, optional: bool = False) -> Any:
             return None
 
-        def get_tensor(self, name: str, device, **kwargs):
+        def get_tensor(self, name: str, device: Any, **kwargs: Any) -> Any:
             assert name == key + ".weight", name
             on_host = torch.device(device).type == "cpu" and torch.device(device).index is None
             return weight.clone() if on_host else dev(weight.clone())
@@ -71,7 +72,7 @@ def _loaded_embedding(model, payload: dict, dev, device) -> object:
     return emb
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import exllamav3.ext as ext_mod
     from exllamav3.generator import generator as gen_mod
     from exllamav3.generator.job import Job
@@ -144,7 +145,7 @@ def case(payload: dict) -> dict:
     kind = payload.get("sampler", "greedy")
     custom.fused_sampler_enable = kind.startswith("fused")
 
-    def make_sampler():
+    def make_sampler() -> Any:
         if kind == "greedy":
             return custom.CustomSampler([custom.SS_Argmax()])
         if kind in ("temp", "fused-temp"):
@@ -191,26 +192,29 @@ def case(payload: dict) -> dict:
             self.sequences = [seq]
             self.time_first_token = 1.0
             self.alt_rope_offset = 0
-            self.embeddings = []
+            self.embeddings: list[Any] = []
             self.new_tokens = 3
             self.min_new_tokens = 0
             self.max_new_tokens = 10_000
+            self.filters: list[Any]
+            self.filter_futures: list[Any]
+            self.logit_masks: list[Any]
             self.filters, self.filter_futures, self.logit_masks = [], [], []
-            self.checkpoint = None
+            self.checkpoint: dict[str, Any] | None = None
             self.forced_ids = None
             self.sampler = make_sampler()
             self.rng = random.Random(seed * 100 + i)
             self.checkpoint_rewound = False
             self.rejected_draft_tokens = 0
             self.accepted_draft_tokens = 0
-            self.draft_stats = []
-            self.recurrent_state = None
+            self.draft_stats: list[Any] = []
+            self.recurrent_state: Any = None
             self.current_device_ids = None
             self.generator = SimpleNamespace(tokenizer=None)
             self.device_logit_mask = None
             self.return_probs = False
             self.return_top_tokens = 0
-            self.out = []
+            self.out: list[Any] = []
 
         def prepare_logit_mask(self) -> None:
             pass
@@ -221,7 +225,16 @@ def case(payload: dict) -> dict:
         def deallocate_pages(self) -> None:
             pass
 
-        def receive_sample(self, logits, next_token, k_tokens, k_probs, prob, results, *rest):
+        def receive_sample(
+            self,
+            logits: Any,
+            next_token: Any,
+            k_tokens: Any,
+            k_probs: Any,
+            prob: Any,
+            results: Any,
+            *rest: Any,
+        ) -> Any:
             next_token = next_token.cpu()
             tok = next_token.item()
             self.new_tokens += 1
@@ -263,13 +276,13 @@ def case(payload: dict) -> dict:
     embed_mode = payload.get("embed", "device")
 
     class FakeModel:
-        caps: ClassVar[dict] = {}
+        caps: ClassVar[dict[str, Any]] = {}
         loaded_tp = False
 
         def __init__(self) -> None:
             self.logit_layer_idx = 0
             if embed_mode == "loader":
-                self.modules = [
+                self.modules: list[Any] = [
                     _loaded_embedding(self, payload, dev, "cuda:0" if cuda else torch.device("cpu", 0))
                 ]
                 return
@@ -278,10 +291,10 @@ def case(payload: dict) -> dict:
             emb.embedding = SimpleNamespace(weight=dev(weight) if embed_mode == "device" else weight)
             self.modules = [emb]
 
-        def prefetch_tokens(self, ids) -> None:
+        def prefetch_tokens(self, ids: Any) -> None:
             pass
 
-        def forward(self, input_ids, params):
+        def forward(self, input_ids: Any, params: Any) -> Any:
             on_device = isinstance(input_ids, torch.Tensor) and input_ids.is_cuda
             forward_inputs.append("device" if on_device else "host")
             if embed_mode == "loader":
@@ -316,11 +329,11 @@ def case(payload: dict) -> dict:
             job.recurrent_state = SimpleNamespace(draft=rs, target=None)
 
     class DFlashLike:
-        caps: ClassVar[dict] = {"dflash_draft": True, "default_draft_size": K}
-        draft_verifier_params: ClassVar[dict] = {}
+        caps: ClassVar[dict[str, Any]] = {"dflash_draft": True, "default_draft_size": K}
+        draft_verifier_params: ClassVar[dict[str, Any]] = {}
         config = SimpleNamespace(block_size=block)
 
-        def forward(self, input_ids, params):
+        def forward(self, input_ids: Any, params: Any) -> Any:
             if rings is not None:
                 rings.forward(input_ids, params)
             if payload.get("device_drafter"):
@@ -334,21 +347,21 @@ def case(payload: dict) -> dict:
                 return x[..., 0].long(), seqlens
             return host(input_ids).clone(), host(params["cache_seqlens"]).clone()
 
-        def sample_from_state(self, state, params):
+        def sample_from_state(self, state: Any, params: Any) -> Any:
             anchors, seqlens = state
             if payload.get("device_drafter"):
                 return device_chain(anchors.view(-1).long(), seqlens.view(-1).long())
             rows = [[a] + chain(a, p) for a, p in zip(anchors.view(-1).tolist(), seqlens.tolist())]
             return dev(torch.tensor(rows, dtype=torch.long))
 
-        def update_kv_from_target(self, target_hidden, cache, lengths, params):
+        def update_kv_from_target(self, target_hidden: Any, cache: Any, lengths: Any, params: Any) -> None:
             kv_updates.append(list(lengths))
             if rings is not None:
                 rings.write_back(list(lengths), params)
 
-    staging: dict = {}
+    staging: dict[tuple[Any, Any], Any] = {}
 
-    def _staging(name, rows, width=None, dtype=torch.int32):
+    def _staging(name: Any, rows: Any, width: Any = None, dtype: Any = torch.int32) -> Any:
         key = (name, width)
         if key not in staging or staging[key].shape[0] < rows:
             staging[key] = pinned(
@@ -356,16 +369,26 @@ def case(payload: dict) -> dict:
             )
         return staging[key][:rows]
 
-    arenas: dict = {}
+    arenas: dict[tuple[Any, Any, Any], Any] = {}
 
-    def _stage_arena(rows, width, with_positions):
+    def _stage_arena(rows: Any, width: Any, with_positions: Any) -> Any:
         key = (rows, width, with_positions)
         if key not in arenas:
             t = pinned(torch.zeros((rows * width + rows * (2 if with_positions else 1),), dtype=torch.int32))
             arenas[key] = (t, gen_mod.Generator._arena_views(t, rows, width, with_positions), {})
         return arenas[key]
 
-    def stage_decode(arena, width, seq_bi, seq_kvp, seq_rope, batch_ids, dec_ids, dec_pages, dec_offsets):
+    def stage_decode(
+        arena: Any,
+        width: Any,
+        seq_bi: Any,
+        seq_kvp: Any,
+        seq_rope: Any,
+        batch_ids: Any,
+        dec_ids: Any,
+        dec_pages: Any,
+        dec_offsets: Any,
+    ) -> None:
         rows = len(seq_bi)
         bi = arena[: rows * width].view(rows, width)
         bi.zero_()
@@ -412,7 +435,7 @@ def case(payload: dict) -> dict:
     fake.num_remaining_jobs = lambda: len(fake.active_jobs)
     fake.on_queue_drained = lambda: None
 
-    results: list = []
+    results: list[Any] = []
     per_round = []
     accepted = []
     for _ in range(payload.get("decode_rounds", 0)):
@@ -476,7 +499,7 @@ class _RingLayers:
     the projections and the attention kernel (the appended K/V rows are a fixed function of the position, written
     with device index ops through the table the wheel's code returns)."""
 
-    def __init__(self, payload: dict, dev, block: int) -> None:
+    def __init__(self, payload: dict[str, Any], dev: Any, block: int) -> None:
         import tempfile
         from pathlib import Path
 
@@ -517,7 +540,7 @@ class _RingLayers:
     def _rows(self, like: torch.Tensor, n: int) -> torch.Tensor:
         return self.dev(torch.ones((n,) + tuple(like.shape[2:]), dtype=like.dtype))
 
-    def forward(self, input_ids, params) -> None:
+    def forward(self, input_ids: Any, params: Any) -> None:
         from exllamav3.cache.recurrent_util import advance_recurrent_states
 
         seqlen = self.block  # the block: anchor + mask rows (DFlashInputLayer builds it from the anchor)
@@ -535,7 +558,7 @@ class _RingLayers:
             v.view(-1, *v.shape[2:]).index_copy_(0, flat, rows)
         advance_recurrent_states(input_ids, params, self.model)  # as Model.forward: by the anchor's one row
 
-    def write_back(self, lengths: list[int], params: dict) -> None:
+    def write_back(self, lengths: list[int], params: dict[str, Any]) -> None:
         # as dflash_update_kv_from_target: one plan from the first ring layer at the verify's positions
         states = params["recurrent_states"]
         layer0 = self.layers[0]
@@ -549,7 +572,7 @@ class _RingLayers:
         layer0.commit_state_rows(states, plan)
 
 
-def _table_placement(emb) -> dict:
+def _table_placement(emb: Any) -> dict[str, Any]:
     weight = getattr(emb.embedding, "weight", None)
     return {
         "is_cuda": bool(weight is not None and weight.is_cuda),

@@ -26,6 +26,7 @@ import hashlib
 import os
 import random
 import sys
+from typing import Any
 
 from _common import emit, read_payload
 
@@ -62,21 +63,21 @@ ref_decode = decode_reference(_dequant, head_dim=D)
 
 
 def ref_prefill(
-    q,
-    k_cache,
-    v_cache,
-    k_pages,
-    v_pages,
-    bt,
-    cache_seqlens,
-    causal=True,
-    softmax_scale=None,
-    window_size=(-1, -1),
-    softcap=0.0,
-    sinks=None,
-    k_new=None,
-    v_new=None,
-):
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    k_pages: Any,
+    v_pages: Any,
+    bt: Any,
+    cache_seqlens: Any,
+    causal: Any = True,
+    softmax_scale: Any = None,
+    window_size: Any = (-1, -1),
+    softcap: Any = 0.0,
+    sinks: Any = None,
+    k_new: Any = None,
+    v_new: Any = None,
+) -> Any:
     """Reference for paged_attn_triton_prefill: keys = cache rows [0, seqlen) through bt, then k_new."""
     bsz, qlen = q.shape[:2]
     out = torch.empty_like(q)
@@ -174,7 +175,7 @@ def main() -> None:
                 oracle_kq[b] += stored(k_rows, PAYLOAD["quant"][0])
                 oracle_vq[b] += stored(v_rows, PAYLOAD["quant"][1])
 
-        pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]] = []
         layer.project_qkv = lambda x, params: pending.pop()
         digests, mismatches, counts = (
             [],
@@ -185,14 +186,14 @@ def main() -> None:
         max_abs = 0.0
         real_clone = torch.Tensor.clone
 
-        def counting_clone(self, *a, **kw):
+        def counting_clone(self: Any, *a: Any, **kw: Any) -> Any:
             nonlocal clones
             clones += 1
             return real_clone(self, *a, **kw)
 
         torch.Tensor.clone = counting_clone
 
-        def kv_rows(*shape):
+        def kv_rows(*shape: Any) -> Any:
             if PAYLOAD.get("grid"):
                 from _qcache_ref import grid_values
 

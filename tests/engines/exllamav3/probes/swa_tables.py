@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 from _common import emit, read_payload
 
@@ -33,7 +34,7 @@ def main() -> None:
     uploads = 0
     real_h2d = sliding_attn.host_to_device
 
-    def counting_h2d(t, device):
+    def counting_h2d(t: Any, device: Any) -> Any:
         nonlocal uploads
         uploads += 1
         return real_h2d(t, device)
@@ -58,10 +59,10 @@ def main() -> None:
             state_layer.alloc("cpu")
         states = [cache.get_new_state(), cache.get_new_state()]
         steps = []
-        reused: dict = {}
+        reused: dict[str, Any] = {}
         for _ in range(PAYLOAD.get("steps", 200)):
             n = rnd.randint(1, 8)
-            params: dict = reused if PAYLOAD.get("reuse") else {}
+            params: dict[str, Any] = reused if PAYLOAD.get("reuse") else {}
             per_layer = []
             for layer in model.attn_modules:
                 k_states, v_states = cache.get_recurrent_layer((layer.layer_idx, 0)).get_state_tensors()

@@ -14,23 +14,26 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from _common import run_cases, tiny_dflash2, tiny_llama
 
 
-def case(payload: dict) -> dict:
+def case(payload: dict[str, Any]) -> dict[str, Any]:
     import argparse
 
     import exllamav3.generator as gen_pkg
     from exllamav3 import Model, Tokenizer, model_init
 
-    events: list = []
+    events: list[Any] = []
     Model.load = lambda self, *a, **k: events.append(["load", type(self).__name__])
-    Model.warmup = lambda self, *a, **k: events.append(["model.warmup", type(self).__name__]) or []
+    Model.warmup = lambda self, *a, **k: events.append(["model.warmup", type(self).__name__]) or []  # type: ignore[func-returns-value]
     Tokenizer.from_config = staticmethod(lambda config: SimpleNamespace(actual_vocab_size=500))
 
     class FakeJob:
-        def __init__(self, input_ids, max_new_tokens, sampler, stop_conditions, identifier):
+        def __init__(
+            self, input_ids: Any, max_new_tokens: Any, sampler: Any, stop_conditions: Any, identifier: Any
+        ) -> None:
             self.prompt = int(input_ids.shape[-1])
             self.max_new_tokens = max_new_tokens
             self.left = max_new_tokens
@@ -39,9 +42,9 @@ def case(payload: dict) -> dict:
             self.ids_in_vocab = bool((input_ids >= 0).all() and (input_ids < 500).all())
 
     class FakeGenerator:
-        def __init__(self, **kwargs):
+        def __init__(self, **kwargs: Any) -> None:
             self.kwargs = kwargs
-            self.jobs: list = []
+            self.jobs: list[Any] = []
             self.num_draft_tokens = kwargs.get("num_draft_tokens") or kwargs["draft_model"].caps.get(
                 "default_draft_size", 4
             )
@@ -61,7 +64,7 @@ def case(payload: dict) -> dict:
                 ]
             )
 
-        def enqueue(self, job):
+        def enqueue(self, job: Any) -> None:
             self.jobs.append(job)
             events.append(
                 [
@@ -75,19 +78,19 @@ def case(payload: dict) -> dict:
                 ]
             )
 
-        def num_remaining_jobs(self):
+        def num_remaining_jobs(self) -> Any:
             return sum(1 for j in self.jobs if j.left > 0)
 
-        def iterate(self):
+        def iterate(self) -> Any:
             self.iterations += 1
             for j in self.jobs:
                 j.left -= min(j.left, self.num_draft_tokens + 1)
             return []
 
-        def clear_queue(self):
+        def clear_queue(self) -> None:
             events.append(["clear_queue"])
 
-        def close(self):
+        def close(self) -> None:
             events.append(["close", self.iterations])
 
     gen_pkg.Generator = FakeGenerator

@@ -179,7 +179,7 @@ def patched_flavour() -> str:
 
 def build_model(
     family: str, *, seed: int = 0, quantize: dict[str, int] | None = None
-) -> tuple[nn.Module, dict]:
+) -> tuple[nn.Module, dict[str, Any]]:
     """A fresh model of ``family`` with fixed-seed random weights (norm weights perturbed around 1)."""
     from mlx_lm.utils import _get_classes
 

@@ -26,7 +26,7 @@ if __name__ == "__main__":
     os.environ["HF_HUB_CACHE"] = str(cache)
     os.environ["HF_HUB_OFFLINE"] = "1"
     from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
-    from huggingface_hub.utils import filter_repo_objects
+    from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]
     from mlx_lm import utils
 
     storage = cache / ("models--" + REPO.replace("/", "--"))
@@ -42,6 +42,8 @@ if __name__ == "__main__":
             (snap / name).write_bytes(data)
     write_tree_cache(str(storage), COMMIT, entries)
     allowed = sorted(filter_repo_objects(items=list(entries), allow_patterns=utils.DEFAULT_ALLOW_PATTERNS))
+    path: str | None
+    error: str | None
     try:
         path, error = str(utils._download(REPO)), None
     except Exception as exc:

@@ -9,6 +9,7 @@ argpartition's}, "masked": the same with the tie check (exact_ties=True, what ma
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -23,7 +24,7 @@ if __name__ == "__main__":
     scores = mx.random.normal((1, 1, 1, T))
     ref = np.sort(np.array(mx.argpartition(scores, kth=-k, axis=-1)[..., -k:]), axis=-1)
     has_flag = "exact_ties" in inspect.signature(_preselected_topk).parameters
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, exact in (("decode", False), ("masked", True)):
         kwargs = {"exact_ties": exact} if has_flag else {}
         try:

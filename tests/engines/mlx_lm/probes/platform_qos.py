@@ -62,7 +62,7 @@ def _entry_points(qos: Any) -> dict[str, bool]:
         ("benchmark.main", "mlx_lm.benchmark", ["mlx_lm.benchmark", "--model", "/nonexistent/model"]),
     ):
         called[name] = False
-        mod = importlib.import_module(mod_name)
+        mod: Any = importlib.import_module(mod_name)
         recorder = make_recorder(name)
         qos.set_thread_qos = recorder
         if hasattr(mod, "set_thread_qos"):
@@ -105,7 +105,7 @@ def main() -> None:
     model = load(ensure_model(p["root"], "llama"))
     res["tokens"] = greedy_tokens(model, prompt_tokens(0, 16), 24)
     try:
-        qos = importlib.import_module("mlx_lm.qos")
+        qos: Any = importlib.import_module("mlx_lm.qos")
     except ImportError:
         res["has_qos"] = False
         emit(res)

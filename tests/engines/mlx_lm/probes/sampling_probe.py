@@ -49,7 +49,8 @@ def _exact(lp: mx.array, config: dict[str, Any]) -> np.ndarray:
     if top_k > 0:
         x = apply_top_k(x, top_k)
     p = mx.softmax(x.astype(mx.float32) * (1.0 / config["temp"]), axis=-1)
-    return np.array(p)[0].astype(np.float64)
+    probs: np.ndarray[Any, Any] = np.array(p)[0].astype(np.float64)
+    return probs
 
 
 def stream(case: dict[str, Any], count: bool) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from probe_io import emit, read_payload
 if __name__ == "__main__":
     payload = read_payload()
     os.environ.update(payload.get("env", {}))
-    server = importlib.import_module("mlx_lm.server")
-    gen = importlib.import_module("mlx_lm.generate")
+    server: Any = importlib.import_module("mlx_lm.server")
+    gen: Any = importlib.import_module("mlx_lm.generate")
     captured: dict[str, Any] = {}
     server.run = lambda host, port, provider, *a, **k: captured.setdefault("provider", provider)
     sys.argv = ["mlx_lm.server", "--model", payload["model"], *payload.get("args", [])]

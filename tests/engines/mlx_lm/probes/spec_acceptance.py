@@ -34,7 +34,7 @@ def main() -> None:
     from mlx_lm import load
     from mlx_lm.sample_utils import make_sampler
 
-    gen = importlib.import_module("mlx_lm.generate")
+    gen: Any = importlib.import_module("mlx_lm.generate")
     mtp = p.get("draft") is None
     model, tokenizer = load(p["target"], model_config={"keep_mtp": True}) if mtp else load(p["target"])
     draft = None if mtp else load(p["draft"])[0]

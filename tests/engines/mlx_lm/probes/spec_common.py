@@ -109,7 +109,7 @@ ARCHS = {"llama": _llama, "qwen3": _qwen3, "qwen3_5": _qwen3_5, "gemma3": _gemma
 
 def _tokenizer_files(path: Path) -> None:
     vocab = {f"<{i}>": i for i in range(VOCAB)}
-    tok = {
+    tok: dict[str, Any] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -215,7 +215,8 @@ def load(path: str) -> nn.Module:
 
 def prompt(seed: int, length: int) -> list[int]:
     mx.random.seed(10_000 + seed)
-    return mx.random.randint(1, VOCAB - 1, (length,)).tolist()
+    tokens: list[int] = mx.random.randint(1, VOCAB - 1, (length,)).tolist()
+    return tokens
 
 
 def serial(model: nn.Module, ids: list[int], n: int, **kwargs: Any) -> list[int]:

@@ -23,7 +23,7 @@ from typing import Any
 import mlx.core as mx
 from probe_io import emit, log, read_payload
 
-_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
 def _load(path: str, config: dict[str, Any] | None) -> tuple[Any, Any]:
@@ -46,10 +46,11 @@ def _offset(c: Any) -> int:
 def _prompt_cache(spec: dict[str, Any], target: Any, draft: Any) -> list[Any]:
     import mlx_lm.models.cache as C
 
-    cache = C.make_prompt_cache(target, max_kv_size=spec.get("max_kv_size"))
+    cache: list[Any] = C.make_prompt_cache(target, max_kv_size=spec.get("max_kv_size"))
     kind = spec.get("draft")
     if kind is None:
-        return cache + C.make_prompt_cache(draft)
+        draft_cache: list[Any] = C.make_prompt_cache(draft)
+        return cache + draft_cache
     if kind == "rotating":
         return cache + [C.RotatingKVCache(spec["window"]) for _ in draft.layers]
     if kind == "ring":

@@ -108,7 +108,7 @@ def _wrong_accept(target_logits: mx.array, draft_logits: mx.array, draft_tokens:
 def _sample(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
     import importlib
 
-    gen = importlib.import_module("mlx_lm.generate")
+    gen: Any = importlib.import_module("mlx_lm.generate")
 
     mode = payload["mode"]
     prompt = mx.array(payload["prompt"], mx.uint32)
@@ -167,7 +167,7 @@ def _sample(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
 def _unit(payload: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
     import importlib
 
-    gen = importlib.import_module("mlx_lm.generate")
+    gen: Any = importlib.import_module("mlx_lm.generate")
     prompt, rows = payload["prompt"], payload["unit_rows"]
     out: dict[str, Any] = {}
     for cfg in payload["configs"]:

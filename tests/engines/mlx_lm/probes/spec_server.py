@@ -52,7 +52,7 @@ def main() -> None:
         deadline = time.time() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     break

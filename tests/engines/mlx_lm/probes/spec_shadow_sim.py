@@ -29,6 +29,10 @@ def simulate(sc: dict[str, Any]) -> dict[str, Any]:
     ctrl = gen.SpeculativeController(sc["k_max"])
     rng = random.Random(sc.get("seed", 0))
     noise = sc.get("noise", 0.0)
+    c_s: float
+    c_d: float
+    v0: float
+    v1: float
     c_s, c_d = sc["serial"], sc["draft"]
     v0, v1 = sc["verify"]
     catch_up = sc.get("catch_up", 0.0)

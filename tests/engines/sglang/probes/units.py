@@ -129,7 +129,7 @@ class _Launches:
         self.ops: list[str] = []
         self._eu, self._depth = eu, 0
 
-        class Mode(TorchDispatchMode):
+        class Mode(TorchDispatchMode):  # type: ignore[misc]
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 name = func.overloadpacket.__name__
                 if not counter._depth and not func.is_view and name not in counter._NO_KERNEL:
@@ -201,7 +201,7 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
-    eu = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
+    eu: Any = __import__("sglang.srt.speculative.eagle_utils", fromlist=["x"])
 
     def verify_input(input_ids: torch.Tensor, bs: int, n: int) -> Any:
         node = torch.arange(n)
@@ -273,6 +273,8 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
     )
 
     class Runner:  # a DecodeCudaGraphRunner as the hooks see it (its model_runner, the bs of its last replay)
+        bs: int | None
+
         def __init__(self) -> None:
             self.model_runner, self.bs = model_runner, None
 
@@ -591,11 +593,11 @@ def _tiny_lm_head_weight() -> torch.Tensor:
     model_dir = os.environ.get("OVERLAY_SGLANG_MODEL_DIR")
     if not model_dir:
         return torch.randn(512, 64, generator=torch.Generator().manual_seed(9)) * 0.05
-    weights = load_file(os.path.join(model_dir, "model.safetensors"))
+    weights: Any = load_file(os.path.join(model_dir, "model.safetensors"))
     return weights.get("lm_head.weight", weights.get("model.embed_tokens.weight")).float()
 
 
-class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore[misc]
     """Live and peak bytes of the storages created under the mode (freed when their last tensor dies)."""
 
     def __init__(self) -> None:
@@ -644,7 +646,7 @@ def case_fp8_lm_head() -> dict[str, Any]:
     with flags(SGLANG_OPT_FP8_LM_HEAD="0"):
         ref = model.logits_processor._compute_lm_head(hidden, model.lm_head)
     out: dict[str, Any] = {"ref": {"shape": list(ref.shape), "dtype": str(ref.dtype)}, "new": None}
-    f = (
+    f: Any = (
         __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"])
         if optional("sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None
         else None
@@ -690,7 +692,7 @@ def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
     import textwrap
     from types import SimpleNamespace
 
-    f = (
+    f: Any = (
         __import__("sglang.srt.layers.quantization.fp8_lm_head", fromlist=["x"])
         if optional("sglang.srt.layers.quantization.fp8_lm_head", "FP8_MAX") is not None
         else None
@@ -746,9 +748,9 @@ def _fp8_lm_head_lifecycle(
     # logits written into the caller's logits buffer (torch.mm(out_dtype=float32, out=out)). A CUDA-shaped call:
     # hidden reports is_cuda, so _compute_lm_head takes that contract; the GEMM runs its reference math here.
 
-    class CudaShaped(torch.Tensor):
+    class CudaShaped(torch.Tensor):  # type: ignore[misc]
         @property
-        def is_cuda(self) -> bool:  # type: ignore[override]
+        def is_cuda(self) -> bool:
             return True
 
     m32 = _causal_lm(weight, use_fp32_lm_head_output=True)
@@ -1132,7 +1134,7 @@ def case_cpu_sampling_verify() -> dict[str, Any]:
     top_ps = torch.tensor([1.0, 0.9, 0.5, 0.3, 1.0, 0.8, 0.5, 0.75, 0.875])
     rows = probs.shape[0]
 
-    def stock_mask(ks: torch.Tensor, ps: torch.Tensor) -> list[Any]:
+    def stock_mask(ks: torch.Tensor, ps: torch.Tensor) -> Any:
         _, kept, order, _ = stock_sampler(
             probs.clone(),
             ks,
