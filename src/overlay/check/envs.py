@@ -234,8 +234,9 @@ def arm_env(
 
 
 def arms_for(root: Path, engine: str, *, upto: int | None = None, reporter: Reporter | None = None) -> Arms:
-    """Stock (the pinned artifact) and patched (``overlay apply`` of the series, or its first ``upto`` patches)."""
-    from overlay.core.build import apply_engine
+    """Stock (the pinned artifact) and patched (``overlay apply`` of the series, or its first ``upto`` patches, taken
+    from the check's wheel cache while its inputs are unchanged)."""
+    from overlay.check.wheelcache import patched_wheel
     from overlay.core.fetch import fetch_artifact
     from overlay.core.manifest import load_engine
 
@@ -244,7 +245,7 @@ def arms_for(root: Path, engine: str, *, upto: int | None = None, reporter: Repo
     if not artifact.is_wheel:
         raise UsageError(f"{engine}: arms need a wheel pin")
     stock_wheel = fetch_artifact(root, manifest, artifact, reporter=reporter)
-    patched = apply_engine(root=root, engine=engine, upto=upto, reporter=reporter)
+    patched = patched_wheel(root=root, engine=engine, upto=upto, reporter=reporter)
     return Arms(
         stock=arm_env(root, manifest, stock_wheel, name="stock", reporter=reporter),
         patched=arm_env(root, manifest, patched.wheel, name="patched", reporter=reporter),
