@@ -26,8 +26,9 @@ two processes in alternating order, and a process runs its modes interleaved pro
 seconds from the first token to the last, summed over the prompts of a measurement, in wall and in CPU time. The
 table shows per config the median over repetitions and, against stock serial, the median (min-max) of the
 per-repetition ratios; "identical" checks that every patched output equals stock serial greedy decoding, token for
-token and byte for byte. Targets: >= 1.5x stock serial where drafting pays; where it cannot, >= 0.99x stock serial and
->= 1.00x the patched serial decoding. Intervals: 95 % paired log-ratio t-intervals (overlay.check.stats.ratio_ci),
+token and byte for byte; "cycles/gen" counts the verify cycles each speculative generation drafted (the
+generator's own statistics, not timed: median (min-max) over every prompt of every repetition). Targets: >= 1.5x
+stock serial where drafting pays; where it cannot, >= 0.99x stock serial and >= 1.00x the patched serial decoding. Intervals: 95 % paired log-ratio t-intervals (overlay.check.stats.ratio_ci),
 against stock serial over the repetitions (the two arms ran back to back), against the patched serial decoding over
 every prompt of every repetition (the two modes ran one after the other in one process). The load average of the
 machine is recorded before and after each scenario. Timings on a shared CPU are noisy: use several repetitions.
@@ -102,6 +103,8 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for k, c in s["k_cycles"].items():
                 k_cycles[k] = k_cycles.get(k, 0) + c
         out["k_cycles"] = k_cycles
+        # Counted, not timed: the verify cycles each generation drafted.
+        out["cycles"] = [s["cycles"] for s in stats]
     return out
 
 
@@ -225,6 +228,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     row[k] = statistics.median(v[k] for v in vals)
             if "k_cycles" in vals[-1]:
                 row["k_cycles"] = vals[-1]["k_cycles"]
+            if "cycles" in vals[-1]:
+                per_generation = [c for v in vals for c in v["cycles"]]
+                row["cycles_per_generation"] = {
+                    "median": statistics.median(per_generation),
+                    "min": min(per_generation),
+                    "max": max(per_generation),
+                    "all": per_generation,
+                }
             entry["configs"][key] = row
         target = TARGET_PAYS if sc["pays"] else TARGET_CANNOT
         adaptive = entry["configs"]["patched/adaptive"]
@@ -254,7 +265,7 @@ def _print(report: dict[str, Any]) -> None:
     print(
         f"  {'scenario / config':<30} {'tok/s':>8} {'vs stock serial':>21} {'cpu':>7} {'vs own [95% CI]':>24} "
         f"{'cpu vs own [95% CI]':>24} "
-        f"{'accept':>7} {'len':>5} {'serial':>7} {'identical':>9}"
+        f"{'accept':>7} {'len':>5} {'serial':>7} {'cycles/gen':>14} {'identical':>9}"
     )
     for name, entry in report["scenarios"].items():
         for key, row in entry["configs"].items():
@@ -262,13 +273,17 @@ def _print(report: dict[str, Any]) -> None:
             acc = f"{row['acceptance_rate']:.2f}" if "acceptance_rate" in row else "-"
             length = f"{row['acceptance_length']:.2f}" if "acceptance_length" in row else "-"
             serial = f"{row['serial_share']:.2f}" if "serial_share" in row else "-"
+            cyc = "-"
+            if "cycles_per_generation" in row:
+                cg = row["cycles_per_generation"]
+                cyc = f"{cg['median']:g} ({cg['min']}-{cg['max']})"
             own = cpu_own = "-"
             if "ratio_vs_patched_serial_ci" in row:
                 own = _fmt_ci(row["ratio_vs_patched_serial_ci"])
                 cpu_own = _fmt_ci(row["cpu_ratio_vs_patched_serial_ci"])
             print(
                 f"  {name + ' ' + key:<30} {row['tok_s']:>8.1f} {r['median']:>6.2f}x ({r['min']:.2f}-{r['max']:.2f})"
-                f" {c['median']:>6.2f}x {own:>24} {cpu_own:>24} {acc:>7} {length:>5} {serial:>7}"
+                f" {c['median']:>6.2f}x {own:>24} {cpu_own:>24} {acc:>7} {length:>5} {serial:>7} {cyc:>14}"
                 f" {row['identical']!s:>9}"
             )
         verdict = "met" if entry["met"] else "MISSED"

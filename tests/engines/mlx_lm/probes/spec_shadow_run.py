@@ -2,8 +2,9 @@
 
 Payload: {"target": folder, "drafters": {name: folder}, "tokens": int, "prompt": [ids] (optional)}. Result:
 {"serial": {"0.0": tokens of ``generate_step``, greedy}, "runs": {name: {T: {"tokens", "n", "shadow": the values
-``record_shadow`` got, in order, "cycles"}}}} for T = 0 and 0.7 (seed 0). Without ``SpeculativeController`` (stock)
-only "serial" is filled.
+``record_shadow`` got, in order, "cycles" (drafted, counted by ``SpeculativeStats``), "first_cycle_after": the serial
+tokens emitted before the first drafted cycle (None when none was drafted)}}}} for T = 0 and 0.7 (seed 0). Without
+``SpeculativeController`` (stock) only "serial" is filled.
 """
 
 from __future__ import annotations
@@ -36,17 +37,32 @@ def main() -> None:
         emit(out)
         return
     seen: list[float] = []
+    serial: list[int] = [0]
+    first_cycle: list[int | None] = [None]
 
     class Recording(base):  # type: ignore[misc, valid-type]
         def record_shadow(self, values: list[float]) -> None:
             seen.extend(values)
             super().record_shadow(values)
 
+        def serial_tokens(self, remaining: int | None = None) -> int:
+            n = int(super().serial_tokens(remaining))
+            serial[0] += n
+            return n
+
+        def record_cycle(
+            self, k: int, accepted: int, seconds: float, draft_seconds: float | None = None
+        ) -> None:
+            if first_cycle[0] is None:
+                first_cycle[0] = serial[0]
+            super().record_cycle(k, accepted, seconds, draft_seconds)
+
     for name, folder in p["drafters"].items():
         draft = load(folder)[0]
         out["runs"][name] = {}
         for temp in (0.0, 0.7):
             seen.clear()
+            serial[0], first_cycle[0] = 0, None
             stats = gen.SpeculativeStats()
             mx.random.seed(0)
             tokens = [
@@ -67,6 +83,7 @@ def main() -> None:
                 "n": len(tokens),
                 "shadow": list(seen),
                 "cycles": stats.cycles,
+                "first_cycle_after": first_cycle[0],
             }
     emit(out)
 
