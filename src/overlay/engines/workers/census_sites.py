@@ -15,3 +15,16 @@ def relative(path: str) -> str:
     except ValueError:
         return path
     return path if rel.startswith("..") else rel
+
+
+def flag_notes(prefix: str, read: set[str] | list[str], where: str) -> tuple[list[str], bool]:
+    """The census notes on a patch's switches (the environment variables starting with ``prefix``): which are set,
+    and whether one of them was set but never ``read`` by the engine ``where`` (``"during the steps (...)"``): then
+    the second value is True and every metric of the record must be None, because whatever the counts say, they are
+    not the patch's effect."""
+    flags = sorted(k for k in os.environ if k.startswith(prefix))
+    notes = ["flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none")]
+    unread = [k for k in flags if k not in read]
+    if unread:
+        notes.append(f"not measured: {', '.join(unread)} set but never read {where}")
+    return notes, bool(unread)

@@ -37,6 +37,8 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from census_sites import flag_notes
+
 if TYPE_CHECKING:
     from overlay.schemas.documents import CensusRequest
 
@@ -249,16 +251,15 @@ def census(request: CensusRequest) -> dict[str, Any]:
             f"{placement.get(payload['embed'], payload['embed'])}; {report['steps']} steps after {WARMUP} warm-up"
         )
     ]
-    flags = sorted(k for k in os.environ if k.startswith(FLAG_PREFIX))
-    notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
-    unread = [k for k in flags if k not in _RecordingEnviron.read]
+    flagged, unread = flag_notes(
+        FLAG_PREFIX,
+        _RecordingEnviron.read,
+        "on this scenario's CPU path (the patch's code is in a module the census does not run: the EXL3 model "
+        "forward is stood in)",
+    )
+    notes += flagged
     if unread:
-        # the patch's switch is set but its code never ran here: whatever the counts say, they are not its effect
         metrics = dict.fromkeys(metrics)
-        notes.append(
-            f"not measured: {', '.join(unread)} set but never read on this scenario's CPU path (the "
-            f"patch's code is in a module the census does not run: the EXL3 model forward is stood in)"
-        )
     if scenario == "draft-round":
         notes.append(f"drafter: {payload['drafter_layers']} layers; {DRAFTER_OPS}")
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
