@@ -108,9 +108,11 @@ def engine_checks(
         if "spec" in tasks and models.draft is not None:
             spec = spec_protocol(adapter, stock, patched, models, prompt_ids, runs, options, tmp, reporter)
         report["speculative"] = spec
-        if spec and "real" in spec:
-            spec["acceptance_length"] = spec["real"]["patched"]["acceptance_length"]
-            spec["acceptance_rate"] = spec["real"]["patched"]["acceptance_rate"]
+        drafted = next((label for label in ("real", "mtp") if spec and label in spec), None)
+        if spec and drafted:
+            spec["acceptance_length"] = spec[drafted]["patched"]["acceptance_length"]
+            spec["acceptance_rate"] = spec[drafted]["patched"]["acceptance_rate"]
+            notes += [f"speculative {drafted}: {note}" for note in spec[drafted].get("notes", [])]
         report["sampling"] = sampling_step(
             report,
             gates,

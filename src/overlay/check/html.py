@@ -206,7 +206,7 @@ def render(report: dict[str, Any]) -> str:
     sp = report.get("speculative")
     if sp:
         rows = []
-        for label in ("self", "never", "real"):
+        for label in ("self", "never", "real", "mtp", "ngram"):
             if label in sp:
                 for arm in ("stock", "patched"):
                     s = sp[label][arm]

@@ -16,6 +16,7 @@ from overlay.check.envs import Arm, arm_env
 from overlay.check.gates import gates_for
 from overlay.check.inputs import never_right_draft, teacher_sequences
 from overlay.check.measures import compare_greedy, logit_agreement, spec_summary, speed_runs
+from overlay.check.models.recipes import is_nextn
 from overlay.check.options import CheckOptions
 from overlay.check.wheelcache import patched_wheel
 from overlay.core.manifest import Manifest, load_engine
@@ -125,9 +126,14 @@ def spec_protocol(
     tmp: Path,
     reporter: Reporter,
 ) -> dict[str, Any]:
-    drafts = {"self": models.target, "never": never_right_draft(models.target, tmp / "never-draft")}
-    if models.draft is not None:
-        drafts["real"] = models.draft
+    drafts: dict[str, Path | str] = {
+        "self": models.target,
+        "never": never_right_draft(models.target, tmp / "never-draft"),
+    }
+    if models.draft is not None:  # a NextN kind drafts for itself: the engine's MTP path on it ("mtp")
+        drafts["mtp" if is_nextn(models.draft_kind) else "real"] = models.draft
+    methods = getattr(adapter, "spec_methods", None)  # engine-native proposers (vLLM: "ngram")
+    drafts |= methods() if callable(methods) else {}
     out: dict[str, Any] = {
         "k": options.num_draft,
         "max_tokens": options.max_tokens,
@@ -156,13 +162,17 @@ def spec_protocol(
         for arm in (stock, patched):
             run = per_arm[arm.name][label]
             entry[arm.name] = spec_summary(run, options.num_draft, engine_counters=both)
-            serial = greedy_runs.get(arm.name, {}).get("outputs") if greedy_runs else None
+            # a run on its own checkpoint ("mtp") brings that checkpoint's serial greedy outputs
+            serial = run.get("serial") or (
+                greedy_runs.get(arm.name, {}).get("outputs") if greedy_runs else None
+            )
             if serial is not None:
                 same = [
                     r["tokens"] == s[: len(r["tokens"])] and len(r["tokens"]) > 0
                     for r, s in zip(run["results"], serial)
                 ]
                 entry[f"{arm.name}_identical_to_serial"] = all(same)
+            entry |= run.get("about", {})  # what the run was (algorithm, checkpoint, notes), where it says
         out[label] = entry
     return out
 

@@ -301,7 +301,7 @@ def table_lines(report: dict[str, Any]) -> list[str]:
         )
     sp = report.get("speculative")
     if sp:
-        for label in ("self", "never", "real"):
+        for label in ("self", "never", "real", "mtp", "ngram"):
             if label in sp:
                 s, p = sp[label]["stock"], sp[label]["patched"]
                 lines.append(

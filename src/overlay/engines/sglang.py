@@ -1,7 +1,8 @@
 """SGLang adapter: the CPU engine path (docs/engines/sglang.md): SGLANG_USE_CPU_ENGINE, torch CPU, torchvision kept
 from import and a pure-torch stand-in for the sgl_kernel CPU ops (all test infrastructure, from the manifest's
-[runtime]). Greedy identity, teacher-forced logits (capped positions), STANDALONE speculative acceptance, speed and
-cold start run through workers/sglang_worker.py in each arm."""
+[runtime]). Greedy identity, teacher-forced logits (capped positions), STANDALONE speculative acceptance (and, with
+``--draft-kind deepseek_v3-nextn-random``, the "mtp" run: NEXTN on that checkpoint), speed and cold start run through
+workers/sglang_worker.py in each arm."""
 
 from __future__ import annotations
 
@@ -51,10 +52,15 @@ class SglangAdapter:
         if (given := given_models(model, draft)) is not None:
             return given
         tk, dk = target_kind or DEFAULT_TARGET, draft_kind or DEFAULT_DRAFT
+        mtp = draft is None and tinymodels.is_nextn(dk)
         reporter.step(
-            "model", f"bundled tiny models: target {tk}, draft {dk} (trained with the stock mlx-lm arm)"
+            "model",
+            f"bundled tiny models: target {tk}, "
+            + (f"MTP run on {dk} (NEXTN, its own NextN layer drafts)" if mtp else f"draft {dk}")
+            + " (trained ones with the stock mlx-lm arm)",
         )
-        python = tinymodels.stock_mlx_python(root, reporter=reporter)
+        trained = tinymodels.is_trained(tk) or (draft is None and tinymodels.is_trained(dk))
+        python = tinymodels.stock_mlx_python(root, reporter=reporter) if trained else None
         target = tinymodels.build(tk, root=root, python=python, reporter=reporter)
         real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)
         return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)

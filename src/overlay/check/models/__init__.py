@@ -20,7 +20,7 @@ from overlay.check.models.builder import (
 )
 from overlay.check.models.corpus import CATEGORIES, PROMPTS, all_prompts
 from overlay.check.models.mlxproc import probe_mlx_python, stock_mlx_python
-from overlay.check.models.recipes import KINDS, is_trained
+from overlay.check.models.recipes import KINDS, is_nextn, is_trained
 from overlay.check.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "build",
     "get_recipe",
     "is_built",
+    "is_nextn",
     "is_trained",
     "model_dir",
     "probe_mlx_python",

@@ -6,7 +6,8 @@ hash inputs, file hashes, training losses; deterministic), plus ``timings.json``
 Scratch directories live in ``ROOT/build/models/.tmp/`` and are removed on failure (or by the next build if the
 process was killed), so an interrupted build never leaves half a model where :func:`build` looks.
 
-Random and heavy kinds are made here; trained kinds in :mod:`.training` (mlx in another interpreter, :mod:`.mlxproc`).
+Random, NextN (weights in :mod:`.nextn`) and heavy kinds are made here; trained kinds in :mod:`.training` (mlx in
+another interpreter, :mod:`.mlxproc`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from overlay.check.models import nextn
 from overlay.check.models import weights as W
 from overlay.check.models.common import (
     BuildContext,
@@ -39,6 +41,7 @@ from overlay.check.models.recipes import (
     KINDS,
     HeavyRecipe,
     LlamaShape,
+    NextnRecipe,
     Qwen35Shape,
     RandomRecipe,
     Recipe,
@@ -187,6 +190,18 @@ def _build_random(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, Any
     }
 
 
+def _build_nextn(recipe: Recipe, out: Path, ctx: BuildContext) -> dict[str, Any]:
+    assert isinstance(recipe, NextnRecipe)
+    t0 = time.perf_counter()
+    config, tensors = nextn.config_and_tensors(recipe, ctx.seed)
+    write_model_files(out, config, tensors)
+    return {
+        "description": recipe.description,
+        **mtp_details(recipe),
+        "timings": {"weights_s": round(time.perf_counter() - t0, 3)},
+    }
+
+
 # ----------------------------------------------------------------------------------------------- heavy kinds
 
 
@@ -283,4 +298,5 @@ _BUILDERS: Final[Mapping[type, Builder]] = {
     RandomRecipe: _build_random,
     TrainedRecipe: build_trained,
     HeavyRecipe: _build_heavy,
+    NextnRecipe: _build_nextn,
 }

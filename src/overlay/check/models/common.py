@@ -17,6 +17,7 @@ from overlay.check.models import weights as W
 from overlay.check.models.recipes import (
     DeepseekV3Shape,
     LlamaShape,
+    NextnRecipe,
     Olmo3Shape,
     Qwen35Shape,
     RandomRecipe,
@@ -84,7 +85,7 @@ def config_and_tensors(
     raise TypeError(f"no weights for shape {type(shape).__name__}")
 
 
-def mtp_details(recipe: RandomRecipe | TrainedRecipe) -> dict[str, Any]:
+def mtp_details(recipe: RandomRecipe | TrainedRecipe | NextnRecipe) -> dict[str, Any]:
     shape = recipe.shape
     if isinstance(shape, Qwen35Shape):
         return {"mtp": {"style": "qwen3_next", "num_layers": shape.mtp_num_hidden_layers}}

@@ -8,10 +8,11 @@ never a stale model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import ClassVar, Final, Literal
 
 Arch = Literal["llama", "qwen3_5", "deepseek_v3", "olmo3"]
 
@@ -172,7 +173,32 @@ class HeavyRecipe:
     dead_seed: int = 1
 
 
-Recipe = RandomRecipe | TrainedRecipe | HeavyRecipe
+@dataclass(frozen=True)
+class NextnRecipe:
+    """A random deepseek_v3 whose one NextN (MTP) layer drafts for its own target: SGLang's real NEXTN path.
+
+    Random weights as :class:`RandomRecipe` (``init_scale`` 1), then three choices, each needed to serve it with
+    ``--speculative-algorithm NEXTN`` on SGLang's CPU engine (docs/models.md):
+
+    - a short stack (``shape.num_hidden_layers``), so the NextN layer is ``model.layers.{num_hidden_layers}``, where
+      SGLang 0.5.23 loads it from (``_initialize_nextn_conf``), and a step costs a few layers, not 62;
+    - ``rope_scaling`` (yarn, factor 1: numerically plain RoPE), which SGLang's CPU RoPE factory requires
+      (``get_rope_cpu`` builds only ``deepseek_yarn`` and asserts on ``None``);
+    - ``eh_proj = [I | eh_alpha * I]`` (the next token's normed embedding plus a little of the target's hidden state)
+      and the main layers' ``o_proj`` / ``down_proj`` times ``target_branch_gain``, so the draft, mostly the
+      embedding-lm_head bigram, is accepted part of the time (a random head never is). The NextN decoder layer keeps
+      its random weights (MLA attention and MoE run).
+    """
+
+    description: str
+    shape: DeepseekV3Shape
+    rope_scaling: tuple[tuple[str, float | int | str], ...]
+    eh_alpha: float
+    target_branch_gain: float
+    arch: ClassVar[Literal["deepseek_v3"]] = "deepseek_v3"
+
+
+Recipe = RandomRecipe | TrainedRecipe | HeavyRecipe | NextnRecipe
 
 SLIDING_WINDOW = 4
 """The window of ``olmo3-swa-random``: below the token length of every built-in prompt (6 to 32 tokens), so each
@@ -226,6 +252,16 @@ _DEEPSEEK_V3 = DeepseekV3Shape(
     first_k_dense_replace=58,
 )
 
+_NEXTN_ROPE_SCALING: tuple[tuple[str, float | int | str], ...] = (
+    ("type", "yarn"),
+    ("factor", 1.0),
+    ("original_max_position_embeddings", 2048),
+    ("beta_fast", 32),
+    ("beta_slow", 1),
+    ("mscale", 1.0),
+    ("mscale_all_dim", 1.0),
+)
+
 _OLMO3_SWA = Olmo3Shape(
     hidden_size=128,
     num_hidden_layers=4,
@@ -275,6 +311,14 @@ _KINDS: dict[str, Recipe] = {
         "deepseek_v3",
         _DEEPSEEK_V3,
     ),
+    "deepseek_v3-nextn-random": NextnRecipe(
+        "deepseek_v3 (MLA + MoE), hidden 64, 2 layers (1 MoE), NextN layer 2 built to be accepted part of the time: "
+        "SGLang's NEXTN path",
+        dataclasses.replace(_DEEPSEEK_V3, num_hidden_layers=2, first_k_dense_replace=1),
+        rope_scaling=_NEXTN_ROPE_SCALING,
+        eh_alpha=0.25,
+        target_branch_gain=0.5,
+    ),
     "olmo3-swa-random": RandomRecipe(
         f"olmo3, hidden 128, 4 layers (3 sliding-window of {SLIDING_WINDOW} tokens + 1 global), random weights",
         "olmo3",
@@ -318,6 +362,12 @@ def is_trained(kind: str) -> bool:
     if isinstance(recipe, HeavyRecipe):
         return is_trained(recipe.base)
     return isinstance(recipe, TrainedRecipe)
+
+
+def is_nextn(kind: str | None) -> bool:
+    """Whether ``kind`` is a :class:`NextnRecipe`: a checkpoint whose own NextN layer drafts for it. As a check's
+    draft kind it is the "mtp" speculative run (the engine's MTP path on that checkpoint), not a separate drafter."""
+    return kind is not None and isinstance(KINDS.get(kind), NextnRecipe)
 
 
 def base_arch(kind: str) -> Arch:

@@ -2,15 +2,18 @@
 
 Protocol as the other workers: one JSON request on stdin, one JSON document on stdout. Engines are started with the
 CPU harness (support/testbackends/sglang/run_engine.py: test infrastructure) so the same settings are used as in
-the per-patch tests. Tasks: tokenize, greedy, logits, spec, speed, cold, census (the mechanism census: see
-task_census and sglang_census_hook.py).
+the per-patch tests. Tasks: tokenize, greedy, logits, spec (STANDALONE drafts; the label ``mtp``: NEXTN on a checkpoint
+with its own NextN layer, see MTP_LABEL), speed, cold, census (the mechanism census: see task_census and
+sglang_census_hook.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,16 +33,19 @@ T_START = time.time()
 # test infrastructure (engine settings, AMX forcing for spec runs), on PYTHONPATH through the manifest's
 # runtime.python-path (support/testbackends/sglang in this repository)
 import run_engine  # noqa: E402
+from census_sites import flag_notes  # noqa: E402
 
 
-def _engine(model: str, spec: dict[str, Any] | None = None) -> Any:
+def _engine(model: str, spec: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None) -> Any:
     import sglang
 
-    run: dict[str, Any] = {"name": "check"}
+    run: dict[str, Any] = {"name": "check", "engine_args": engine_args or {}}
     if spec:
         run["spec"] = spec
+    kwargs = run_engine._engine_kwargs({"model": model, "dtype": "float32"}, run)
+    if kwargs["attention_backend"] == "intel_amx":
         run_engine._force_amx_platform()
-    return sglang.Engine(**run_engine._engine_kwargs({"model": model, "dtype": "float32"}, run))
+    return sglang.Engine(**kwargs)
 
 
 def _greedy_params(n: int) -> dict[str, Any]:
@@ -119,6 +125,55 @@ def task_logits(req: LogitsRequest) -> dict[str, Any]:
     return {"files": files}
 
 
+MTP_LABEL = "mtp"
+"""The spec request's label for the MTP run: its value is a checkpoint with NextN layers (``deepseek_v3-nextn-random``),
+served as its own target with ``--speculative-algorithm NEXTN`` (the draft is its NextN layer), not as a drafter of
+``model``; its serial baseline is a plain engine on that checkpoint."""
+MLA_ARGS = {"attention_backend": "intel_amx"}  # torch_native cannot serve MLA (docs/engines/sglang.md)
+PLUGINS = Path(run_engine.__file__).resolve().parent / "plugins"
+PLUGIN_NOTE = (
+    "harness plugin on PYTHONPATH for this run only: support/testbackends/sglang/plugins (test infrastructure) makes "
+    "stock's unconditional torch.cuda.synchronize() in DeepseekV2ForCausalLM.set_embed_and_head a no-op on CPU torch, "
+    "without which the CPU engine cannot start NEXTN on DeepSeek"
+)
+SERIAL_NOTE = "serial baseline: a plain engine on the same checkpoint (intel_amx attention)"
+_DRAFT_REPORT = "OVERLAY_SGLANG_DRAFT_REPORT"  # the plugin writes what it served there (its docstring)
+
+
+def _generate(
+    req: SpecRequest, model: str, spec: dict[str, Any] | None, engine_args: dict[str, Any] | None = None
+) -> Any:
+    engine = _engine(model, spec, engine_args)
+    try:
+        return engine.generate(input_ids=req["prompts"], sampling_params=_greedy_params(req["max_tokens"]))
+    finally:
+        engine.shutdown()
+
+
+def _with_plugins(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any] | None]:
+    """``fn()`` with the harness plugin folder on sys.path and PYTHONPATH (the engine's spawned processes load
+    SGLang plugins from it), restored afterwards; also what the plugin reported about the draft model."""
+    import os
+    import tempfile
+
+    saved_path, saved_env = list(sys.path), {k: os.environ.get(k) for k in ("PYTHONPATH", _DRAFT_REPORT)}
+    with tempfile.TemporaryDirectory(prefix="overlay-nextn-") as tmp:
+        report = Path(tmp) / "draft.json"
+        sys.path.insert(0, str(PLUGINS))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGINS), saved_env["PYTHONPATH"]) if p)
+        os.environ[_DRAFT_REPORT] = str(report)
+        try:
+            out = fn()
+        finally:
+            sys.path[:] = saved_path
+            for key, old in saved_env.items():
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+        return out, (json.loads(report.read_text()) if report.is_file() else None)
+
+
 def task_spec(req: SpecRequest) -> dict[str, Any]:
     k = int(req["k"])
     results: dict[str, Any] = {}
@@ -130,11 +185,23 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
             "topk": 1,
             "num_draft_tokens": k + 1,
         }
-        engine = _engine(req["model"], spec)
-        try:
-            res = engine.generate(input_ids=req["prompts"], sampling_params=_greedy_params(req["max_tokens"]))
-        finally:
-            engine.shutdown()
+        extra: dict[str, Any] = {}
+        if label == MTP_LABEL:
+            # SGLang resolves NEXTN to EAGLE, the draft being the checkpoint's own NextN layer
+            spec["algorithm"] = "NEXTN"
+            serial = _generate(req, draft, None, MLA_ARGS)
+            res, served = _with_plugins(functools.partial(_generate, req, draft, spec))
+            extra = {
+                "serial": [[int(t) for t in r["output_ids"]] for r in serial],
+                "about": {
+                    "algorithm": "NEXTN",
+                    "model": draft,
+                    "draft_served": served,
+                    "notes": [PLUGIN_NOTE, SERIAL_NOTE],
+                },
+            }
+        else:
+            res = _generate(req, req["model"], spec)
         runs = []
         for r in res:
             meta = r["meta_info"]
@@ -156,7 +223,7 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
                     },
                 }
             )
-        results[label] = {"results": runs}
+        results[label] = {"results": runs, **extra}
     return {"drafts": results}
 
 
@@ -274,15 +341,14 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     for metric, why in CENSUS_NOT_COUNTED.items():
         metrics[metric] = None
         notes.append(f"{metric}: not counted ({why})")
-    flags = sorted(k for k in os.environ if k.startswith("SGLANG_OPT_"))
-    notes.append("flags: " + (", ".join(f"{k}={os.environ[k]}" for k in flags) or "none"))
-    unread = [k for k in flags if k not in doc["flags_read"]]
+    flagged, unread = flag_notes(
+        "SGLANG_OPT_",
+        doc["flags_read"],
+        "during the steps (the patch's code is not on the CPU engine path of this scenario)",
+    )
+    notes += flagged
     if unread:
         metrics = dict.fromkeys(metrics)
-        notes.append(
-            f"not measured: {', '.join(unread)} set but never read during the steps (the patch's code is "
-            f"not on the CPU engine path of this scenario)"
-        )
     if report["steps"] < steps:
         notes.append(f"only {report['steps']} of {steps} steps ran")
     return {
