@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,16 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
         return CliResult(code=code, out=captured.out, err=captured.err)
 
     return run
+
+
+@pytest.fixture
+def local_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
+    """pip sees only a local folder of wheels (no network, no user configuration)."""
+
+    def use(folder: Path) -> None:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+
+    return use

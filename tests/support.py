@@ -13,8 +13,12 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from overlay.stack.checkout import FORMAT_PATCH_ARGS
+
+if TYPE_CHECKING:
+    from overlay.check.adapter import EngineAdapter
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -254,3 +258,23 @@ class CliResult:
 Cli = Callable[
     ..., CliResult
 ]  # the `cli` fixture: run `overlay ARGS...` in-process, capture stdout and stderr
+
+
+class FallbackAdapter:
+    """An adapter for an engine that cannot run here: the check takes its fallback path (no engine process)."""
+
+    engine = "demo"
+
+    def unavailable(self, arm: object) -> str | None:
+        return "a test adapter"
+
+    def fallback(self, *, root: Path, reporter: Any) -> dict[str, Any]:
+        return {"passed": True, "summary": "0 tests"}
+
+    def census_scenarios(self) -> tuple[str, ...]:
+        return ()
+
+
+def fallback_adapter() -> EngineAdapter:
+    """A :class:`FallbackAdapter`, typed as the adapter protocol it stands in for (it has only the fallback part)."""
+    return cast("EngineAdapter", FallbackAdapter())

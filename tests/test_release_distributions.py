@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,19 +15,6 @@ from distributions_support import CPU_DIST, add_cpu_build, cpu_wheel_of
 from overlay.core.manifest import load_engine
 from rebase_support import add_patches, make_rebase_world, make_release
 from support import Cli, World
-
-
-@pytest.fixture
-def local_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
-    """pip sees only a local folder of wheels (no network, no user configuration)."""
-
-    def use(folder: Path) -> None:
-        monkeypatch.setenv("PIP_NO_INDEX", "1")
-        monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
-        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-        monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-
-    return use
 
 
 def two_builds(

@@ -285,19 +285,6 @@ def test_source_date_epoch_that_is_not_a_number_is_refused(
 # ---------------------------------------------------------------- releases and urls
 
 
-@pytest.fixture
-def local_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
-    """pip sees only a local folder of wheels (no network, no user configuration)."""
-
-    def use(folder: Path) -> None:
-        monkeypatch.setenv("PIP_NO_INDEX", "1")
-        monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
-        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-        monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-
-    return use
-
-
 def test_rebase_to_a_release_that_does_not_exist(
     tmp_path: Path, cli: Callable[..., object], local_index: Callable[[Path], None]
 ) -> None:

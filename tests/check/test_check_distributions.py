@@ -17,22 +17,7 @@ from overlay.check.options import CheckOptions
 from overlay.core.fetch import fetch_artifact
 from overlay.core.manifest import load_engine
 from overlay.errors import UsageError
-from support import Cli, World, make_wheel
-
-
-class _Fallback:
-    """An adapter for an engine that cannot run here: the check takes its fallback path (no engine process)."""
-
-    engine = "demo"
-
-    def unavailable(self, arm: Arm) -> str | None:
-        return "a test adapter"
-
-    def fallback(self, *, root: Path, reporter: Any) -> dict[str, Any]:
-        return {"passed": True, "summary": "0 tests"}
-
-    def census_scenarios(self) -> tuple[str, ...]:
-        return ()
+from support import Cli, World, fallback_adapter, make_wheel
 
 
 @pytest.fixture
@@ -83,13 +68,13 @@ def test_the_check_runs_on_the_primary_distribution_s_wheels(
     report = run.run_check(
         root=world2.root,
         options=CheckOptions(engine="demo", patched_wheel=built[CPU_DIST]),
-        adapter=_Fallback(),  # type: ignore[arg-type]
+        adapter=fallback_adapter(),
     )
     assert report["arms"]["patched"]["wheel"] == built[CPU_DIST].name
     assert report["verdict"] == "pass"
     assert [names[0] for names in no_venvs] == [CPU_DIST, CPU_DIST]  # the versions of what the arms install
     no_venvs.clear()
-    run.run_check(root=world2.root, options=CheckOptions(engine="demo"), adapter=_Fallback())  # type: ignore[arg-type]
+    run.run_check(root=world2.root, options=CheckOptions(engine="demo"), adapter=fallback_adapter())
     assert [names[0] for names in no_venvs] == [CPU_DIST, CPU_DIST]
 
 
@@ -109,7 +94,7 @@ def test_arms_of_two_distributions_are_refused(
     ]
     for options, named, tip in cases:
         with pytest.raises(UsageError) as exc:
-            run.run_check(root=world2.root, options=options, adapter=_Fallback())  # type: ignore[arg-type]
+            run.run_check(root=world2.root, options=options, adapter=fallback_adapter())
         assert "both arms must install one distribution" in str(exc.value) and named in str(exc.value)
         assert exc.value.tip is not None and tip in exc.value.tip
     assert no_venvs == []  # refused before any arm was made

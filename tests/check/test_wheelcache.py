@@ -17,7 +17,7 @@ from overlay.check.wheelcache import ENTRY, patched_wheel
 from overlay.core.build import apply_engine
 from overlay.fsutil import sha256_file
 from overlay.paths import layout
-from support import World
+from support import World, fallback_adapter
 
 
 def _no_build(**kwargs: Any) -> Any:
@@ -71,21 +71,6 @@ def test_a_corrupt_or_partial_entry_is_rebuilt(world2: World) -> None:
     assert patched_wheel(root=root, engine="demo").from_cache
 
 
-class _Fallback:
-    """An adapter for an engine that cannot run here: the check takes its fallback path (no engine process)."""
-
-    engine = "demo"
-
-    def unavailable(self, arm: Arm) -> str | None:
-        return "a test adapter"
-
-    def fallback(self, *, root: Path, reporter: Any) -> dict[str, Any]:
-        return {"passed": True, "summary": "0 tests"}
-
-    def census_scenarios(self) -> tuple[str, ...]:
-        return ()
-
-
 def test_the_check_report_says_the_wheel_came_from_the_cache(
     world2: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,7 +84,9 @@ def test_the_check_report_says_the_wheel_came_from_the_cache(
     monkeypatch.setattr(run, "backend_versions", lambda arm, names: {})
     reports = []
     for _ in range(2):
-        report = run.run_check(root=world2.root, options=CheckOptions(engine="demo"), adapter=_Fallback())  # type: ignore[arg-type]
+        report = run.run_check(
+            root=world2.root, options=CheckOptions(engine="demo"), adapter=fallback_adapter()
+        )
         reports.append(report)
     built, reused = (r["wheel_cache"] for r in reports)
     assert [(w["arm"], w["from_cache"]) for w in built] == [("patched", False)]
