@@ -4,6 +4,7 @@ site-packages, or relative to the working folder. No torch here, so the GPU inst
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def relative(path: str) -> str:
@@ -28,3 +29,34 @@ def flag_notes(prefix: str, read: set[str] | list[str], where: str) -> tuple[lis
     if unread:
         notes.append(f"not measured: {', '.join(unread)} set but never read {where}")
     return notes, bool(unread)
+
+
+def census_record(
+    scenario: str,
+    report: dict[str, Any],
+    metrics: dict[str, Any],
+    notes: list[str],
+    *,
+    detail: dict[str, Any],
+    standin: Any,
+    steps: int | None = None,
+) -> dict[str, Any]:
+    """A census task's result for one scenario, from the torch census's ``report`` (steps, sites, kinds, per_step,
+    the raw metrics) and the judged ``metrics``; ``detail`` adds the engine's own fields, ``steps`` the number asked
+    for (a note says when fewer ran)."""
+    if steps is not None and report["steps"] < steps:
+        notes = [*notes, f"only {report['steps']} of {steps} steps ran"]
+    return {
+        "scenario": scenario,
+        "steps": report["steps"],
+        "metrics": metrics,
+        "sites": report["sites"],
+        "detail": {
+            "kinds": report["kinds"],
+            "per_step": report["per_step"],
+            "uncounted": report["metrics"],
+            **detail,
+        },
+        "notes": notes,
+        "standin": standin,
+    }

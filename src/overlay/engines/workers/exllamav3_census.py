@@ -37,7 +37,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from census_sites import flag_notes
+from census_sites import census_record, flag_notes
 
 if TYPE_CHECKING:
     from overlay.schemas.documents import CensusRequest
@@ -265,20 +265,9 @@ def census(request: CensusRequest) -> dict[str, Any]:
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
     if report["violations"]:
         notes.append("capture violations: " + "; ".join(report["violations"][:5]))
-    return {
-        "scenario": scenario,
-        "steps": report["steps"],
-        "metrics": metrics,
-        "sites": report["sites"],
-        "detail": {
-            "kinds": report["kinds"],
-            "per_step": report["per_step"],
-            "uncounted": report["metrics"],
-            "violations": report["violations"][:5],
-        },
-        "notes": notes,
-        "standin": STANDIN,
-    }
+    return census_record(
+        scenario, report, metrics, notes, standin=STANDIN, detail={"violations": report["violations"][:5]}
+    )
 
 
 def _watch_captured_calls(c: Any, standin: Any) -> set[str]:

@@ -33,7 +33,7 @@ T_START = time.time()
 # test infrastructure (engine settings, AMX forcing for spec runs), on PYTHONPATH through the manifest's
 # runtime.python-path (support/testbackends/sglang in this repository)
 import run_engine  # noqa: E402
-from census_sites import flag_notes  # noqa: E402
+from census_sites import census_record, flag_notes  # noqa: E402
 
 
 def _engine(model: str, spec: dict[str, Any] | None = None, engine_args: dict[str, Any] | None = None) -> Any:
@@ -349,22 +349,15 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     notes += flagged
     if unread:
         metrics = dict.fromkeys(metrics)
-    if report["steps"] < steps:
-        notes.append(f"only {report['steps']} of {steps} steps ran")
-    return {
-        "scenario": scenario,
-        "steps": report["steps"],
-        "metrics": metrics,
-        "sites": report["sites"],
-        "detail": {
-            "kinds": report["kinds"],
-            "per_step": report["per_step"],
-            "uncounted": report["metrics"],
-            "flags_read": doc["flags_read"],
-        },
-        "notes": notes,
-        "standin": CENSUS_STANDIN,
-    }
+    return census_record(
+        scenario,
+        report,
+        metrics,
+        notes,
+        steps=steps,
+        standin=CENSUS_STANDIN,
+        detail={"flags_read": doc["flags_read"]},
+    )
 
 
 TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from census_sites import flag_notes
+from census_sites import census_record, flag_notes
 
 if TYPE_CHECKING:
     from overlay.schemas.documents import CensusRequest
@@ -361,17 +361,14 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
     notes += flagged
     if unread:
         metrics = dict.fromkeys(metrics)
-    if report["steps"] < steps:
-        notes.append(f"only {report['steps']} of {steps} steps ran")
-    return {
-        "scenario": scenario,
-        "steps": report["steps"],
-        "metrics": metrics,
-        "sites": report["sites"],
-        "detail": {
-            "kinds": report["kinds"],
-            "per_step": report["per_step"],
-            "uncounted": report["metrics"],
+    return census_record(
+        scenario,
+        report,
+        metrics,
+        notes,
+        steps=steps,
+        standin=None,
+        detail={
             "step_kinds": run["kinds"],
             "drafts": run["drafts"],
             "tokens": run["tokens"],
@@ -380,6 +377,4 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
             "split": run["split"],
             "flags_read": sorted(_RecordingEnviron.read),
         },
-        "notes": notes,
-        "standin": None,
-    }
+    )
