@@ -393,7 +393,7 @@ def test_rebase_skip_warns_for_a_patch_that_requires_the_skipped_one(tmp_path: P
 # ------------------------------------------------------------------ the shipped series
 
 
-@pytest.mark.parametrize("engine", ["sglang", "exllamav3", "mlx-lm"])
+@pytest.mark.parametrize("engine", ["sglang", "exllamav3", "mlx-lm", "vllm"])
 def test_every_shipped_patch_declares_its_flag_and_mechanisms(engine: str) -> None:
     series = load_series(REPO / "patches" / engine)
     table = (REPO / "docs" / "engines" / "mechanisms.md").read_text()
