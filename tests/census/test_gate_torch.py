@@ -12,7 +12,8 @@ Generator.iterate_gen and iterate_draftmodel_dflash_gen on CPU with the labelled
   after = before + 1 per step;
 - a patch declaring ``capturable becomes-true in draft-round`` that wraps the drafts' crop in ``torch.cuda.graph``
   but reads the host inside it: the capture region is measured (False, the call site in generator.py) and the gate
-  fails; its twin captures device work only: True, it holds; a third captures the stood-in drafter's forward, whose
+  fails; its twin captures device work only: True, it holds; a third captures the target's forward in the verify
+  step, which the census stands in (the drafter's forward is real device ops there and is judged), whose
   work is not the real one's: not measured (the census alone would call it capturable), never holding.
 """
 
@@ -65,14 +66,14 @@ GRAPH_DEVICE_ONLY = (
     "                new_ids = new_ids[:batch_size, :window].clone()\n"
 )
 
-DRAFT_FORWARD = (
-    "        out_state = self.draft_model.forward(\n            input_ids = batch_ids,\n"
+TARGET_FORWARD = (  # the target's forward in iterate_gen: the census stands it in (the drafter's is real ops)
+    "        batch_logits = self.model.forward(\n            input_ids = batch_ids,\n"
     "            params = params,\n        )\n"
 )
 GRAPH_OF_STANDIN = (
     '        if os.environ.get("EXL3_OVL_SELFTEST_GRAPH_FWD") == "1":\n'
     "            with torch.cuda.graph(torch.cuda.CUDAGraph()):\n"
-    "                out_state = self.draft_model.forward(input_ids = batch_ids, params = params)\n"
+    "                batch_logits = self.model.forward(input_ids = batch_ids, params = params)\n"
 )
 
 PATCHES = [  # (subject, theme, flag, mechanism, anchor, insertion)
@@ -117,11 +118,11 @@ PATCHES = [  # (subject, theme, flag, mechanism, anchor, insertion)
         GRAPH_DEVICE_ONLY,
     ),
     (
-        "generator: the drafter's forward as a CUDA graph",
+        "generator: the target's forward as a CUDA graph",
         "cuda-graph",
         "EXL3_OVL_SELFTEST_GRAPH_FWD=1",
-        "capturable becomes-true in draft-round",
-        DRAFT_FORWARD,
+        "capturable becomes-true in spec-verify-step",
+        TARGET_FORWARD,
         GRAPH_OF_STANDIN,
     ),
 ]
