@@ -29,7 +29,6 @@ device is spelled ``cpu:0`` (``_cuda_layout``); the waits the CPU runner made no
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
@@ -47,7 +46,6 @@ WARMUP = 1  # the first step of a kind (buffers, first-use caches) is left out o
 BATCH = 4  # requests decoded together in decode-step and spec-verify-step
 CHUNK = 64  # max_num_batched_tokens of prefill-chunk: the prompt is prefilled in chunks of this many tokens
 SPEC_K = 3  # n-gram draft tokens per verify step
-NGRAM = {"method": "ngram", "num_speculative_tokens": SPEC_K, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 DEVICE_HOLDERS = ("sampler", "rejection_sampler", "drafter")  # runner attributes whose `device` is respelled
 # the tiny models' "repetitive" prompts (overlay.check.models.corpus), each phrase repeated: one per request
 SPEC_PROMPTS = (
@@ -139,20 +137,15 @@ def _named_by_caller(key: str) -> bool:
 
 def _engine(model: str, scenario: str) -> Any:
     """vllm_worker's engine (in this process, uni executor, float32, eager) with the scenario's settings."""
-    import vllm
     import vllm_worker
 
     extra: dict[str, Any] = {"max_num_seqs": 2 * BATCH}
     if scenario == "prefill-chunk":
         extra |= {"max_num_batched_tokens": CHUNK, "enable_chunked_prefill": True}
     if scenario == "spec-verify-step":
-        extra["speculative_config"] = dict(NGRAM)
-    real = vllm.LLM
-    vllm.LLM = functools.partial(real, **extra)  # _llm takes `LLM` from the module at call time
-    try:
-        return vllm_worker._llm(model)
-    finally:
-        vllm.LLM = real
+        # the spec task's n-gram proposer (prompt lookup 2-5), without its counters: the census counts a step as is
+        extra["speculative_config"] = vllm_worker.speculative_config(vllm_worker.NGRAM, SPEC_K)
+    return vllm_worker._llm(model, engine_args=extra)
 
 
 def _workload(scenario: str, steps: int, model: str) -> tuple[list[list[int]], int]:

@@ -43,8 +43,15 @@ UNUSED = "the vLLM CPU worker applies no CLI options (its patches are switched b
 
 
 def _llm(
-    model: str, *, in_process: bool = True, max_logprobs: int = 20, speculative: dict[str, Any] | None = None
+    model: str,
+    *,
+    in_process: bool = True,
+    max_logprobs: int = 20,
+    speculative: dict[str, Any] | None = None,
+    engine_args: dict[str, Any] | None = None,
 ) -> Any:
+    """The check's engine (float32, eager, seed 0), in this process unless ``in_process`` is False; ``speculative``
+    also turns on the spec-decode counters; ``engine_args`` are further LLM() arguments (the census's scenarios)."""
     if in_process:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
@@ -66,7 +73,7 @@ def _llm(
             "disable_log_stats": False,
             "per_request_spec_decode_metrics": "summary",
         }
-    return LLM(**kwargs)
+    return LLM(**(kwargs | (engine_args or {})))
 
 
 def _shutdown(llm: Any) -> None:
@@ -246,8 +253,9 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
     # vLLM's kernel-override scan (triton_utils/dispatcher.py _rebind_kernels: "'_lib_fn_wrapper' object has no
     # attribute 'get'", llvmlite.binding.ffi._lib_wrapper answers any attribute, __dict__ included)
     for label, draft in sorted(req["drafts"].items(), key=lambda item: item[1] == NGRAM):
+        config = speculative_config(draft, k)
         t0 = time.perf_counter()
-        llm = _llm(req["model"], speculative=speculative_config(draft, k))
+        llm = _llm(req["model"], speculative=config)
         t1 = time.perf_counter()
         try:
             res = llm.generate(_prompts(req["prompts"]), _greedy_params(req["max_tokens"]), use_tqdm=False)
@@ -266,7 +274,7 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
                     "stats": request_stats(metrics) if metrics is not None else None,
                 }
             )
-        method = speculative_config(draft, k)["method"]
+        method = config["method"]
         drafts[label] = {
             "results": results,
             "engine_counters": totals,
