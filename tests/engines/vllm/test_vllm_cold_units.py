@@ -56,7 +56,17 @@ def test_summarize_counts_what_each_process_imported_itself_up_to_the_first_toke
         # the parent: everything it holds is its own; one module after the first token is not counted
         record(10, "MainProcess", [("os", T0), ("torch", T0 + 5), ("late", t_first + 1)]),
         # a spawned engine core: its own start-up modules too, and an untimed alias
-        record(11, "EngineCore", [("os", T0), ("torch", T0 + 20), ("six.moves", None)]),
+        record(
+            11,
+            "EngineCore",
+            [
+                ("os", T0),
+                ("torch", T0 + 20),
+                ("six.moves", None),
+                ("openai", T0 + 21),
+                ("openai.types", T0 + 22),
+            ],
+        ),
         # a forked worker: only what it imported after the fork
         record(12, "VllmWorker-0", [("vllm.v1.worker.cpu_worker", T0 + 30)], forked=True, inherited=3),
         # multiprocessing's resource tracker: recorded, not an engine process
@@ -77,11 +87,13 @@ def test_summarize_counts_what_each_process_imported_itself_up_to_the_first_toke
     roles = {p["role"]: p for p in out["processes"]}
     assert out["processes"][0]["role"] == "parent"
     assert roles["parent"]["modules"] == 2
-    assert roles["engine core"]["modules"] == 3 and roles["engine core"]["untimed"] == 1
+    assert roles["engine core"]["modules"] == 5 and roles["engine core"]["untimed"] == 1
+    assert roles["engine core"]["packages"]["openai"] == 2 and roles["parent"]["packages"]["openai"] == 0
+    assert roles["engine core"]["packages"]["torch._inductor"] == 0
     assert roles["engine core"]["started"] == "spawn"
     assert roles["worker"]["modules"] == 1 and roles["worker"]["started"] == "fork"
     assert roles["resource tracker"]["counted"] is False
-    assert out["total"] == 2 + 3 + 1
+    assert out["total"] == 2 + 5 + 1
     assert out["starts"] == [
         {
             "by": "parent",

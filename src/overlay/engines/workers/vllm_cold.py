@@ -19,7 +19,7 @@ cached (the model-info cache: on a miss the parent imports the model's module to
 Reported too, not judged: time to first token (``detail.time_to_first_token_s``, launch from the kernel's process start
 time), how each process started (launch, spawn, fork), the native threads of the starting process at each start, and
 per process its threads' allowed CPUs, ``torch.get_num_threads()`` and the OpenMP / allocator libraries mapped (the
-worker's OpenMP binding). The other census metrics are not counted here (None).
+worker's OpenMP binding), and how many of its counted modules are in each of a few packages (``PACKAGES``). The other census metrics are not counted here (None).
 """
 
 from __future__ import annotations
@@ -44,6 +44,24 @@ GREEDY_TOKENS = 12
 MAX_MODEL_LEN = 2048
 RECORD_WAIT_S = 60.0
 HELPER = "resource tracker"
+# packages whose modules each process's record counts by name (detail.processes[].packages): what the series' loading
+# patches keep out of the processes that do not use them (the OpenAI server's protocol types, Inductor's code
+# generators) and what stays (torch._dynamo, which transformers imports)
+PACKAGES = (
+    "openai",
+    "vllm.entrypoints",
+    "vllm.parser",
+    "torch._dynamo",
+    "torch._inductor",
+    "torch._inductor.lowering",
+    "sympy",
+    "networkx",
+)
+
+
+def package_counts(names: list[str]) -> dict[str, int]:
+    """How many of ``names`` are in each of PACKAGES (a package counts itself and its submodules)."""
+    return {pkg: sum(1 for n in names if n == pkg or n.startswith(pkg + ".")) for pkg in PACKAGES}
 
 
 def launch_time() -> float:
@@ -92,6 +110,7 @@ def summarize(docs: list[dict[str, Any]], *, parent: int, t_first: float) -> dic
                 "started": "launch" if doc["pid"] == parent else ("fork" if doc["forked"] else "spawn"),
                 "counted": role != HELPER,
                 "modules": len(counted),
+                "packages": package_counts([m[0] for m in counted]),
                 "untimed": sum(1 for m in counted if m[1] is None),
                 "modules_recorded": len(mods),
                 "inherited": doc["inherited"],

@@ -42,7 +42,9 @@ class Recorder:
             raise ImportError(f"{name}: deferred by the probe")
         frames = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}" for f in stack]
         kept = [f for f in frames if "importlib" not in f and "inductor_import.py" not in f]
-        LOG.append(f"FIRST {name}\n  " + "\n  ".join(kept[-12:]))
+        LOG.append(
+            f"FIRST {name}\n  " + "\n  ".join(kept[-int(os.environ.get("OVERLAY_INDUCTOR_FRAMES", "12")) :])
+        )
         return None
 
 
