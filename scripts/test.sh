@@ -27,6 +27,7 @@ python3 -m venv .venv
 .venv/bin/mypy
 .venv/bin/mypy tests/engines/sglang/conftest.py  # the engines' conftest.py, each alone: each is the module `conftest`
 .venv/bin/mypy tests/engines/mlx_lm/conftest.py  # (pyproject's [tool.mypy] exclude says why)
+.venv/bin/mypy tests/engines/vllm/conftest.py
 .venv/bin/lint-imports --no-cache                 # the layers (docs/dev/architecture.md)
 .venv/bin/python -m overlay.schemas --check      # the shipped JSON Schemas match the document types
 rm -rf build/dist && .venv/bin/python -m build --wheel --outdir build/dist . >/dev/null

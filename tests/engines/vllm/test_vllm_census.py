@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from overlay.check import models as tinymodels
 from overlay.check.envs import Arm, arms_for
 from overlay.engines import get_adapter
 from overlay.schemas.documents import GreedyRequest, TokenizeRequest
@@ -27,11 +26,6 @@ STEPS = 3
 @pytest.fixture(scope="module")
 def stock() -> Arm:
     return arms_for(REPO, "vllm").stock
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tinymodels.build("llama-random", root=REPO)
 
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:

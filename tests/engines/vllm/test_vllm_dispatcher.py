@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from overlay.check import models as tinymodels
-from overlay.check.envs import Arm, Arms, arms_for
+from overlay.check.envs import Arm, Arms
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.long
@@ -81,16 +80,6 @@ second = LLM(**kw)  # a second engine in the same process, after the n-gram prop
 print(json.dumps({"ngram": first, "second": list(second.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids),
                   "numba": "numba" in sys.modules}))
 """
-
-
-@pytest.fixture(scope="module")
-def arms() -> Arms:
-    return arms_for(REPO, "vllm")
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tinymodels.build("llama-random", root=REPO)
 
 
 def run(arm: Arm, code: str, *args: str) -> tuple[dict[str, Any] | None, str]:

@@ -7,23 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from overlay.check import models as tinymodels
-from overlay.check.envs import Arms, arms_for
+from overlay.check.envs import Arms
 from overlay.engines import get_adapter
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.long
 PROMPTS = [[0, 11, 12, 13, 14, 15], [0, 200, 201, 17]]
-
-
-@pytest.fixture(scope="module")
-def arms() -> Arms:
-    return arms_for(REPO, "vllm")
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tinymodels.build("llama-random", root=REPO)
 
 
 def test_greedy_is_identical_stock_vs_patched(arms: Arms, model: Path, tmp_path: Path) -> None:

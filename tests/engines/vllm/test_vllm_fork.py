@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from overlay.check import models as tinymodels
 from overlay.check.envs import Arm, Arms, arms_for
 from overlay.engines import get_adapter
 
@@ -39,11 +38,6 @@ def arms() -> Arms:
     # the series up to 0001: the later loading patches (0002, 0003) import fewer modules in every process, flag or
     # not, which the flag-off comparison with stock would count against 0001
     return arms_for(REPO, "vllm", upto=1)
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tinymodels.build("llama-random", root=REPO)
 
 
 class ColdStarts:

@@ -27,24 +27,13 @@ from typing import Any
 
 import pytest
 
-from overlay.check import models as tinymodels
-from overlay.check.envs import Arm, Arms, arms_for
+from overlay.check.envs import Arm, Arms
 from overlay.engines import get_adapter
 from overlay.schemas.documents import CensusRequest
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.long
 ROLES = ("parent", "engine core", "worker")
-
-
-@pytest.fixture(scope="module")
-def arms() -> Arms:
-    return arms_for(REPO, "vllm")
-
-
-@pytest.fixture(scope="module")
-def model() -> Path:
-    return tinymodels.build("llama-random", root=REPO)
 
 
 @pytest.fixture(scope="module")

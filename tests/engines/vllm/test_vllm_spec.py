@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from overlay.check import models as tinymodels
-from overlay.check.envs import Arm, Arms, arms_for
+from overlay.check.envs import Arm, Arms
 from overlay.check.inputs import never_right_draft
 from overlay.check.measures import spec_summary
 from overlay.engines import get_adapter
@@ -30,11 +30,6 @@ K = 3
 MAX_TOKENS = (
     160  # the random target falls into a repeating cycle after some tens of tokens: n-gram then drafts
 )
-
-
-@pytest.fixture(scope="module")
-def arms() -> Arms:
-    return arms_for(REPO, "vllm")
 
 
 def _load(folder: Path) -> dict[str, np.ndarray]:
