@@ -10,7 +10,6 @@ import pytest
 from overlay.check.envs import Arms
 from overlay.engines import get_adapter
 
-REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.long
 PROMPTS = [[0, 11, 12, 13, 14, 15], [0, 200, 201, 17]]
 

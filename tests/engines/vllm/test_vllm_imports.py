@@ -1,6 +1,6 @@
 """0002 and 0003: what the engine's processes import at a cold start, stock vs patched (long: two cold starts of the
-real engine through the check's ``cold-start`` census, 1-2 minutes each on the 2-core machine, and two short runs in
-the patched arm).
+real engine through the check's ``cold-start`` census, 1-2 minutes each on the 2-core machine, and three short runs:
+one in the patched arm, one in each arm).
 
 - 0002: the engine core and the worker import none of the OpenAI server's protocol modules nor the ``openai``
   package's types (stock: 522 ``openai.*`` modules in each, through the reasoning parsers' MCP tool-server annotation
@@ -20,7 +20,6 @@ launch (the census's own empty ``VLLM_CACHE_ROOT``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from overlay.check.envs import Arm, Arms
 from overlay.engines import get_adapter
 from overlay.schemas.documents import CensusRequest
 
-REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.long
 ROLES = ("parent", "engine core", "worker")
 
@@ -120,10 +118,16 @@ print(json.dumps({
 """
 
 
-def test_compile_on_first_call_compiles_at_first_call_and_inlines_in_a_compiled_caller(arms: Arms) -> None:
-    proc = arms.patched.run(["-c", COMPILE_ON_FIRST_CALL], timeout=900)
+def _run_json(arm: Arm, code: str, *args: str) -> dict[str, Any]:
+    """Run ``code`` with the arm's interpreter (its env sets VLLM_CPU_KVCACHE_SPACE=1); its last line of output."""
+    proc = arm.run(["-c", code, *args], timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_compile_on_first_call_compiles_at_first_call_and_inlines_in_a_compiled_caller(arms: Arms) -> None:
+    out = _run_json(arms.patched, COMPILE_ON_FIRST_CALL)
     assert out["lowering_at_import"] is False  # importing vllm's torch utilities imports no Inductor lowering
     (lazy_graphs, lazy_ok), (plain_graphs, plain_ok) = out["lazy"], out["plain"]
     assert lazy_ok and plain_ok  # eager's results, called directly and inlined into a fullgraph caller
@@ -135,7 +139,6 @@ def test_compile_on_first_call_compiles_at_first_call_and_inlines_in_a_compiled_
 STRUCTURED = """
 import json, os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 from vllm import LLM, SamplingParams
 from vllm.sampling_params import StructuredOutputsParams
 
@@ -148,15 +151,7 @@ print(json.dumps({"texts": [o.outputs[0].text for o in out], "ids": [list(o.outp
 """
 
 
-def _structured(arm: Arm, model: Path) -> dict[str, Any]:
-    run_arm = dataclasses.replace(arm, env={**arm.env, "VLLM_CPU_KVCACHE_SPACE": "1"})
-    proc = run_arm.run(["-c", STRUCTURED, str(model)], timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_a_structured_output_request_is_served_as_in_stock(arms: Arms, model: Path) -> None:
-    stock, patched = _structured(arms.stock, model), _structured(arms.patched, model)
+    stock, patched = (_run_json(arm, STRUCTURED, str(model)) for arm in (arms.stock, arms.patched))
     assert all(text in ("alpha", "beta", "gamma") for text in patched["texts"]), patched
     assert patched == stock

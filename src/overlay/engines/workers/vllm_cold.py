@@ -19,7 +19,8 @@ cached (the model-info cache: on a miss the parent imports the model's module to
 Reported too, not judged: time to first token (``detail.time_to_first_token_s``, launch from the kernel's process start
 time), how each process started (launch, spawn, fork), the native threads of the starting process at each start, and
 per process its threads' allowed CPUs, ``torch.get_num_threads()`` and the OpenMP / allocator libraries mapped (the
-worker's OpenMP binding), and how many of its counted modules are in each of a few packages (``PACKAGES``). The other census metrics are not counted here (None).
+worker's OpenMP binding), and how many of its counted modules are in each of a few packages (``PACKAGES``). The other
+census metrics are not counted here (None).
 """
 
 from __future__ import annotations
