@@ -302,6 +302,7 @@ def _commit(wt: Path, subject: str, theme: str, mechanism: str) -> None:
     subprocess.run(["git", "commit", "-qam", msg], cwd=wt, env={**os.environ, **GIT_ENV}, check=True)
 
 
+@pytest.mark.long  # ~1 minute on 2 cores: scripts/test_long.sh
 @pytest.mark.network
 @pytest.mark.slow
 def test_mechanism_gate_names_the_patches_whose_declaration_is_wrong(tmp_path: Path, cli: Any) -> None:

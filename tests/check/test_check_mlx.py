@@ -62,6 +62,7 @@ def chromium_dom(html: Path, screenshot: Path) -> str:
     return dom.stdout
 
 
+@pytest.mark.long  # ~7 minutes on 2 cores; README's first command (scripts/main.sh) runs the same check
 @pytest.mark.browser
 def test_check_mlx_lm_passes_on_the_shipped_series(cli: Cli) -> None:
     r = cli("--root", str(REPO), "check", "mlx-lm", *QUICK)

@@ -245,6 +245,7 @@ def test_dflash_prefill_crop(arms: Arms) -> None:
     assert mixed_cropped["projected"]["fc_rows"] < mixed_full["projected"]["fc_rows"]
 
 
+@pytest.mark.long  # ~1 minute on 2 cores: scripts/test_long.sh
 def test_swa_ring_q8(arms: Arms) -> None:
     schedule = {"seed": 4, "window": 256, "steps": 50}
     stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "grid": True})

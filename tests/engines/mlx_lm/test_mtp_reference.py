@@ -21,6 +21,8 @@ MAX_TOKENS = 48
 K = (1, 3)
 MIN_ACCEPTANCE = 0.3  # measured on these 6 prompts: 114/170 (k=1), 155/384 (k=3); a random head accepts ~0
 
+pytestmark = pytest.mark.long  # the reference run: ~3 minutes on 2 cores; scripts/test_long.sh
+
 
 @pytest.fixture(scope="module")
 def reference(arms: Arms, repo_root: Path) -> dict[str, Any]:

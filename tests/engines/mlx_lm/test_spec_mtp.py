@@ -50,6 +50,7 @@ def families(arms: Arms, repo_root: Path) -> dict[str, Any]:
     return built
 
 
+@pytest.mark.long  # ~1.5 minutes on 2 cores: scripts/test_long.sh
 def test_mtp_drafting_matches_serial(arms: Arms, families: dict[str, Any]) -> None:
     prompts = mtp_prompts()
     cases: list[dict[str, Any]] = []

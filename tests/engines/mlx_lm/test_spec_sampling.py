@@ -153,6 +153,7 @@ def _acceptance_ok(accepted: int, n: int, expected: float) -> bool:
     return abs(accepted / n - expected) <= 4.5 * se
 
 
+@pytest.mark.long  # the sampling runs behind `results`: ~1.5 minutes on 2 cores; scripts/test_long.sh
 def test_reference_matches_stock_serial_sampling(results: dict[str, Any]) -> None:
     for cfg in CONFIGS:
         ref = results["reference"][cfg["name"]]
@@ -163,6 +164,7 @@ def test_reference_matches_stock_serial_sampling(results: dict[str, Any]) -> Non
             )
 
 
+@pytest.mark.long  # the sampling runs behind `results`: ~1.5 minutes on 2 cores; scripts/test_long.sh
 def test_speculative_sampling_matches_serial_distribution(results: dict[str, Any]) -> None:
     for cfg in CONFIGS:
         name = cfg["name"]
@@ -185,6 +187,7 @@ def test_speculative_sampling_matches_serial_distribution(results: dict[str, Any
         )
 
 
+@pytest.mark.long  # the sampling runs behind `results`: ~1.5 minutes on 2 cores; scripts/test_long.sh
 def test_wrong_residual_is_detected(results: dict[str, Any]) -> None:
     name = CONFIGS[0]["name"]
     ref = results["reference"][name]
@@ -192,6 +195,7 @@ def test_wrong_residual_is_detected(results: dict[str, Any]) -> None:
     assert p < ALPHA, f"a residual drawn from p must fail the test (chi2={stat:.1f} df={df} p={p:.2e})"
 
 
+@pytest.mark.long  # the sampling runs behind `results`: ~1.5 minutes on 2 cores; scripts/test_long.sh
 def test_speculative_accept_vectorised(results: dict[str, Any]) -> None:
     for cfg in CONFIGS:
         name = cfg["name"]
@@ -208,6 +212,7 @@ def test_speculative_accept_vectorised(results: dict[str, Any]) -> None:
         assert p < 1e-12, f"{name}: the wrong residual passed (chi2={stat:.1f} df={df})"
 
 
+@pytest.mark.long  # the sampling runs behind `results`: ~1.5 minutes on 2 cores; scripts/test_long.sh
 def test_exact_match_acceptance_was_lossless_but_low(results: dict[str, Any]) -> None:
     name = CONFIGS[0]["name"]
     ref = results["reference"][name]

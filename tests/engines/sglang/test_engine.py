@@ -17,6 +17,7 @@ from overlay.check.envs import Arms
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long  # ~3 minutes on 2 cores: scripts/test_long.sh
 def test_stock_cpu_engine_matches_transformers(arms: Arms) -> None:
     """The harness itself: stock SGLang on the CPU test backend decodes like HF transformers (greedy)."""
     stock, _ = engine_results(arms)

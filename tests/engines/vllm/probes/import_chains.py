@@ -6,15 +6,18 @@ Runs ``python -X importtime -c STATEMENT`` in a fresh interpreter of the same ar
 PREFIX (a package such as ``openai`` or ``vllm.entrypoints.openai``) it prints how many modules of it were imported,
 their self time, and every chain from a root import down to the first module of the package on that branch, with the
 cumulative time and the number of modules imported below that first module (itself included). Without a PREFIX it
-prints the 25 packages (first two name parts) with the most modules. Measures only; changes nothing of vLLM. Test infrastructure.
+prints the 25 packages (first two name parts) with the most modules. OVERLAY_FULL_CHAINS=1 prints whole chains. Measures only; changes nothing of vLLM. Test infrastructure.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
+
+FULL = os.environ.get("OVERLAY_FULL_CHAINS") == "1"  # print whole chains, not the first two and last five
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def report(nodes: list[Node], prefix: str) -> list[str]:
     for head in sorted(heads, key=lambda n: -n.cumulative_us):
         below = 1 + sum(1 for n in nodes if head.name in n.chain)
         chain = (*head.chain, head.name)
-        shown = " -> ".join(chain if len(chain) <= 7 else (*chain[:2], "...", *chain[-5:]))
+        shown = " -> ".join(chain if len(chain) <= 7 or FULL else (*chain[:2], "...", *chain[-5:]))
         lines.append(f"  {head.cumulative_us / 1e6:6.2f} s {below:5d} modules  {shown}")
     return lines
 
