@@ -57,6 +57,9 @@ PACKAGES = (
     "torch._inductor.lowering",
     "sympy",
     "networkx",
+    "transformers.models.auto.auto_factory",
+    "transformers.processing_utils",
+    "torch.distributed.tensor",
 )
 
 
