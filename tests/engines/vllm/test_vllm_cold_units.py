@@ -105,6 +105,28 @@ def test_summarize_counts_what_each_process_imported_itself_up_to_the_first_toke
     ]
 
 
+def test_peak_memory_sums_the_engine_processes_peaks_and_needs_all_of_them() -> None:
+    assert "peak-memory" in METRICS
+    mib = 2**20
+    docs = [
+        record(10, "MainProcess", [("os", T0)], memory={"rss": 400 * mib, "hwm": 500 * mib}),
+        record(11, "EngineCore", [("os", T0)], memory={"rss": 300 * mib, "hwm": 450 * mib}),
+        record(12, "VllmWorker-0", [("os", T0)], memory={"rss": 1200 * mib, "hwm": 1600 * mib}),
+        record(
+            9,
+            "MainProcess",
+            [("multiprocessing.resource_tracker", T0)],
+            memory={"rss": mib, "hwm": 3000 * mib},
+        ),
+    ]
+    out = vllm_cold.summarize(docs, parent=10, t_first=T0 + 1)
+    roles = {p["role"]: p for p in out["processes"]}
+    assert roles["worker"]["peak_rss_bytes"] == 1600 * mib
+    assert out["peak_memory"] == (500 + 450 + 1600) * mib  # the helper's peak is not the engine's
+    del docs[1]["memory"]  # a record without it (an older hook): no figure rather than a partial sum
+    assert vllm_cold.summarize(docs, parent=10, t_first=T0 + 1)["peak_memory"] is None
+
+
 def test_launch_time_is_this_process_start() -> None:
     t = vllm_cold.launch_time()
     assert t <= time.time()
@@ -144,3 +166,6 @@ def test_the_hook_counts_a_forked_childs_own_imports_only(tmp_path: Path) -> Non
     assert "colorsys" in names
     assert "os" not in names  # inherited from its parent
     assert (tmp_path / f"{pid}.alive").exists()
+    assert (
+        0 < doc["memory"]["rss"] <= doc["memory"]["hwm"] < 2**34
+    )  # the child's own resident bytes, now and peak

@@ -7,7 +7,9 @@ generates one token: launch to that token is the cold start. Then it generates G
 GREEDY_PROMPTS (outside the counted window) so a test can compare outputs, and shuts down.
 
 Metric ``module-imports``: modules imported from scratch across the engine's processes from launch to the first
-token: the sum over processes of the modules each imported itself. A spawned process is a fresh interpreter and
+token: the sum over processes of the modules each imported itself. Metric ``peak-memory``: the sum over the same
+processes of their peak resident memory (``VmHWM``) at the first token: on the CPU build host memory is the device's,
+and the KV cache, the weights and the imported code all live there. A spawned process is a fresh interpreter and
 imports everything again; a forked one starts with its parent's modules, which are not counted for it. Counted with
 vllm_cold_hook.py in each process (installed here, and through a ``sitecustomize`` on PYTHONPATH in every interpreter
 the engine starts); a module counts when its first lookup was at or before the first token (one whose lookup was not
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from overlay.schemas.documents import CensusRequest
 
 METRIC = "module-imports"
+MEMORY = "peak-memory"  # host memory is the CPU build's device memory: the processes' peak resident bytes
 SCENARIO = "cold-start"
 PROMPT = [0, 5, 6, 7]
 GREEDY_PROMPTS = [[0, 11, 12, 13, 14, 15], [0, 200, 201, 17]]
@@ -122,6 +125,7 @@ def summarize(docs: list[dict[str, Any]], *, parent: int, t_first: float) -> dic
                 "python_threads": sum(1 for t in doc["threads"] if t["python"]),
                 "thread_names": dict(collections.Counter(str(t["comm"]) for t in doc["threads"])),
                 "thread_cpus": cpus,
+                "peak_rss_bytes": doc.get("memory", {}).get("hwm"),
                 "torch_threads": doc.get("torch_threads"),
                 "omp_env": doc.get("omp_env", {}),
                 "libs": doc.get("libs", []),
@@ -138,7 +142,13 @@ def summarize(docs: list[dict[str, Any]], *, parent: int, t_first: float) -> dic
                 }
             )
     total = sum(p["modules"] for p in procs if p["counted"])
-    return {"total": total, "processes": procs, "starts": starts}
+    peaks = [p["peak_rss_bytes"] for p in procs if p["counted"]]
+    peak = sum(peaks) if peaks and all(isinstance(b, int) for b in peaks) else None
+    return {"total": total, "peak_memory": peak, "processes": procs, "starts": starts}
+
+
+def _gib(nbytes: int | None) -> str:
+    return "?" if nbytes is None else f"{nbytes / 2**30:.2f} GiB"
 
 
 def _engine(model: str) -> Any:
@@ -237,16 +247,18 @@ def census(req: CensusRequest) -> dict[str, Any]:
     ttft = t_first - t_launch
     metrics: dict[str, Any] = dict.fromkeys(TORCH_METRICS)
     metrics[METRIC] = summary["total"]
+    metrics[MEMORY] = summary["peak_memory"]
     counted = [p for p in summary["processes"] if p["counted"]]
     layout = ", ".join(f"{p['role']} {p['started']}" for p in counted)
     per_process = ", ".join(f"{p['role']} {p['modules']}" for p in counted)
     notes = [
         (
             f"cold start, default layout ({layout}): launch to first token {ttft:.1f} s, "
-            f"{summary['total']} modules imported from scratch ({per_process})"
+            f"{summary['total']} modules imported from scratch ({per_process}); peak resident memory "
+            + ", ".join(f"{p['role']} {_gib(p['peak_rss_bytes'])}" for p in counted)
         ),
         "one cold start per arm (steps: 1); time to first token is reported, not judged",
-        f"not counted in {SCENARIO}: {', '.join(TORCH_METRICS)}",
+        f"not counted in {SCENARIO}: {', '.join(m for m in TORCH_METRICS if m != MEMORY)}",
     ]
     if "engine core" not in roles or "worker" not in roles:
         notes.append(
@@ -256,7 +268,12 @@ def census(req: CensusRequest) -> dict[str, Any]:
         "scenario": SCENARIO,
         "steps": 1,
         "metrics": metrics,
-        "sites": {METRIC: sorted(([p["role"], p["modules"]] for p in counted), key=lambda r: -int(r[1]))},
+        "sites": {
+            METRIC: sorted(([p["role"], p["modules"]] for p in counted), key=lambda r: -int(r[1])),
+            MEMORY: sorted(
+                ([p["role"], p["peak_rss_bytes"] or 0] for p in counted), key=lambda r: -int(r[1])
+            ),
+        },
         "detail": {
             "kinds": {p["role"]: p["modules"] for p in counted},
             "per_step": [{METRIC: summary["total"]}],

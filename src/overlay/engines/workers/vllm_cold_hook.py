@@ -19,7 +19,8 @@ Every recording process announces itself (``OVERLAY_COLD_OUT/PID.alive``). ``dum
 every announced process after the first token, so no record depends on how the engine shuts down), else at the
 process's exit (``atexit``; ``multiprocessing.util.Finalize`` in a multiprocessing child, which ends with ``os._exit``
 after its finalizers). The record: the modules it imported itself (with their times), its threads with their allowed
-CPUs, ``torch.get_num_threads()`` and which OpenMP / allocator libraries are mapped.
+CPUs, ``torch.get_num_threads()``, which OpenMP / allocator libraries are mapped, and its resident memory then and at
+its peak so far (``/proc/self/status``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,20 @@ def imported() -> list[tuple[str, float | None]]:
     return rows
 
 
+def memory() -> dict[str, int]:
+    """This process's resident memory now (``VmRSS``) and its peak so far (``VmHWM``), in bytes (Linux)."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    found["rss" if key == "VmRSS" else "hwm"] = int(value.split()[0]) * 1024  # kB
+    except OSError:
+        pass
+    return found
+
+
 def snapshot(**extra: Any) -> dict[str, Any]:
     from multiprocessing import current_process
 
@@ -196,6 +211,7 @@ def snapshot(**extra: Any) -> dict[str, Any]:
         "modules": imported(),
         "starts": _STATE["starts"],
         "threads": threads(),
+        "memory": memory(),
         "torch_threads": torch_threads,
         "omp_env": {
             k: os.environ[k]
