@@ -3,8 +3,9 @@
 # (~15 minutes on 2 cores), the torch census tests in tests/census/ (SGLang, ExLlamaV3, the gate self-tests
 # through ExLlamaV3: ~5 minutes), the vLLM engine runs (tests/engines/vllm), and since stop 27 the heaviest runs that
 # kept the default suite over 25 minutes on 2 cores: the mlx-lm check on the shipped series (~7 minutes; README's
-# first command runs it), the mlx-lm MTP reference and sampled-speculation runs, SGLang's engine-vs-transformers and
-# all-reduce reference, ExLlamaV3's Q8 ring, the mechanism-gate self-test. Same setup as scripts/test.sh.
+# first command runs it), the mlx-lm MTP reference, trained-head and sampled-speculation runs, SGLang's engine runs
+# (tests/engines/sglang/test_engine.py) and all-reduce reference, ExLlamaV3's Q8 ring and static-table ring runs, the
+# mechanism-gate self-test. Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"

@@ -161,6 +161,7 @@ def test_swa_ring_off_is_stock(arms: Arms) -> None:
     assert patched == stock
 
 
+@pytest.mark.long  # ~25 s on 2 cores: scripts/test_long.sh
 def test_swa_tables_shared_per_forward(arms: Arms) -> None:
     payload = {"seed": 0, "steps": 120}
     stock = arms.stock.run_json(probe("swa_tables.py"), payload)
@@ -290,6 +291,7 @@ def test_swa_ring_q8(arms: Arms) -> None:
     assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]
 
 
+@pytest.mark.long  # ~35 s on 2 cores: scripts/test_long.sh
 def test_swa_ring_static_tables(arms: Arms) -> None:
     """EXL3_OVL_SWA_RING_STATIC=1: the ring step's tables through one persistent pinned + device buffer: the same
     tables and attention outputs as the ring, and no per-step device tensor or pageable upload (the census shows

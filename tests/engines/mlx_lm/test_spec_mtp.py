@@ -188,6 +188,7 @@ def test_mtp_cli_and_server(arms: Arms, text_model: str) -> None:
     assert bad["status"] >= 400 and "draft_kind" in bad["body"]["error"]
 
 
+@pytest.mark.long  # trains and runs the MTP head: ~1.7 minutes on 2 cores; scripts/test_long.sh
 @pytest.mark.slow
 def test_mtp_trained_head_is_accepted(arms: Arms, repo_root: Path) -> None:
     tinymodels = pytest.importorskip("overlay.check.models")

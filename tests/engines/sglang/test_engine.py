@@ -14,10 +14,11 @@ from sglang_support import MAX_NEW_TOKENS, PROMPTS, engine_results, tiny_model, 
 
 from overlay.check.envs import Arms
 
-pytestmark = pytest.mark.slow
+# long: the engine runs behind engine_results (stock and patched, plain and speculative) take ~2.5 minutes on 2 cores
+# (scripts/test_long.sh; `overlay check sglang` runs the same comparisons)
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
-@pytest.mark.long  # ~3 minutes on 2 cores: scripts/test_long.sh
 def test_stock_cpu_engine_matches_transformers(arms: Arms) -> None:
     """The harness itself: stock SGLang on the CPU test backend decodes like HF transformers (greedy)."""
     stock, _ = engine_results(arms)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sglang_support import UnitCases, engine_results, regime_stats, tokens
 
 from overlay.check.envs import Arms
 
 CHI2_P_1E3 = {15: 37.70}  # chi-square critical value at p = 1e-3
+
+# long: both tests read the engine runs behind engine_results (~2.5 minutes on 2 cores; scripts/test_long.sh)
+pytestmark = pytest.mark.long
 
 
 def test_cpu_sampling_verify(units: UnitCases, arms: Arms) -> None:
