@@ -27,21 +27,9 @@ from typing import Any
 import pytest
 
 from overlay.check.envs import Arm, Arms
-from overlay.engines import get_adapter
-from overlay.schemas.documents import CensusRequest
 
 pytestmark = pytest.mark.long
 ROLES = ("parent", "engine core", "worker")
-
-
-@pytest.fixture(scope="module")
-def cold(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
-    """One cold start per arm, the default layout (0001's flag off: every process spawned, as in stock)."""
-    request: CensusRequest = {"task": "census", "model": str(model), "scenario": "cold-start", "steps": 1}
-    return {
-        name: get_adapter("vllm").run(arm, request, timeout=1800)
-        for name, arm in (("stock", arms.stock), ("patched", arms.patched))
-    }
 
 
 def packages(doc: dict[str, Any]) -> dict[str, dict[str, int]]:

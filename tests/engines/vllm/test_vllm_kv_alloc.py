@@ -21,8 +21,6 @@ from typing import Any
 import pytest
 
 from overlay.check.envs import Arm, Arms, arms_for
-from overlay.engines import get_adapter
-from overlay.schemas.documents import CensusRequest
 
 pytestmark = pytest.mark.long
 REPO = Path(__file__).resolve().parents[3]
@@ -34,15 +32,6 @@ UPTO = 4  # the series before this patch
 def arms() -> Arms:
     before = arms_for(REPO, "vllm", upto=UPTO).patched
     return Arms(stock=before, patched=arms_for(REPO, "vllm").patched)
-
-
-@pytest.fixture(scope="module")
-def cold(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
-    request: CensusRequest = {"task": "census", "model": str(model), "scenario": "cold-start", "steps": 1}
-    return {
-        name: get_adapter("vllm").run(arm, request, timeout=1800)
-        for name, arm in (("stock", arms.stock), ("patched", arms.patched))
-    }
 
 
 def peaks(doc: dict[str, Any]) -> dict[str, int]:
