@@ -6,7 +6,8 @@ Runs ``python -X importtime -c STATEMENT`` in a fresh interpreter of the same ar
 PREFIX (a package such as ``openai`` or ``vllm.entrypoints.openai``) it prints how many modules of it were imported,
 their self time, and every chain from a root import down to the first module of the package on that branch, with the
 cumulative time and the number of modules imported below that first module (itself included). Without a PREFIX it
-prints the 25 packages (first two name parts) with the most modules. OVERLAY_FULL_CHAINS=1 prints whole chains. Measures only; changes nothing of vLLM. Test infrastructure.
+prints the 25 packages (first two name parts) with the most modules. OVERLAY_FULL_CHAINS=1 prints whole chains.
+Measures only; changes nothing of vLLM. Test infrastructure.
 """
 
 from __future__ import annotations
