@@ -85,9 +85,20 @@ class Arm:
     ) -> Any:
         """Run ``script`` with ``payload`` as JSON on stdin; return the JSON document it prints on stdout."""
         proc = self.run([str(script)], input=json.dumps(payload), timeout=timeout, extra_env=extra_env)
+        return self._json_of(proc, Path(script).name)
+
+    def run_code_json(
+        self, code: str, *args: str, timeout: float | None = 900, extra_env: Mapping[str, str] | None = None
+    ) -> Any:
+        """Run ``python -c code args...`` with the arm's interpreter; return the JSON document it prints on stdout
+        (the whole output or its last line)."""
+        proc = self.run(["-c", code, *args], timeout=timeout, extra_env=extra_env)
+        return self._json_of(proc, "python -c")
+
+    def _json_of(self, proc: subprocess.CompletedProcess[str], what: str) -> Any:
         if proc.returncode != 0:
             raise ExternalCommandError(
-                f"{Path(script).name} failed in the {self.name} arm ({self.version}), exit {proc.returncode}:\n"
+                f"{what} failed in the {self.name} arm ({self.version}), exit {proc.returncode}:\n"
                 f"{proc.stderr.strip()[-4000:]}"
             )
         text = proc.stdout.strip()
@@ -98,7 +109,7 @@ class Arm:
             except json.JSONDecodeError:
                 continue
         raise ExternalCommandError(
-            f"{Path(script).name} in the {self.name} arm printed no JSON document on stdout: {text[-1000:]!r}\n"
+            f"{what} in the {self.name} arm printed no JSON document on stdout: {text[-1000:]!r}\n"
             f"stderr: {proc.stderr.strip()[-2000:]}"
         )
 

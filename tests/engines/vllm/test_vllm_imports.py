@@ -20,13 +20,12 @@ launch (the census's own empty ``VLLM_CACHE_ROOT``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from overlay.check.envs import Arm, Arms
+from overlay.check.envs import Arms
 
 pytestmark = pytest.mark.long
 ROLES = ("parent", "engine core", "worker")
@@ -106,16 +105,8 @@ print(json.dumps({
 """
 
 
-def _run_json(arm: Arm, code: str, *args: str) -> dict[str, Any]:
-    """Run ``code`` with the arm's interpreter (its env sets VLLM_CPU_KVCACHE_SPACE=1); its last line of output."""
-    proc = arm.run(["-c", code, *args], timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_compile_on_first_call_compiles_at_first_call_and_inlines_in_a_compiled_caller(arms: Arms) -> None:
-    out = _run_json(arms.patched, COMPILE_ON_FIRST_CALL)
+    out = arms.patched.run_code_json(COMPILE_ON_FIRST_CALL)
     assert out["lowering_at_import"] is False  # importing vllm's torch utilities imports no Inductor lowering
     (lazy_graphs, lazy_ok), (plain_graphs, plain_ok) = out["lazy"], out["plain"]
     assert lazy_ok and plain_ok  # eager's results, called directly and inlined into a fullgraph caller
@@ -140,6 +131,6 @@ print(json.dumps({"texts": [o.outputs[0].text for o in out], "ids": [list(o.outp
 
 
 def test_a_structured_output_request_is_served_as_in_stock(arms: Arms, model: Path) -> None:
-    stock, patched = (_run_json(arm, STRUCTURED, str(model)) for arm in (arms.stock, arms.patched))
+    stock, patched = (arm.run_code_json(STRUCTURED, str(model)) for arm in (arms.stock, arms.patched))
     assert all(text in ("alpha", "beta", "gamma") for text in patched["texts"]), patched
     assert patched == stock

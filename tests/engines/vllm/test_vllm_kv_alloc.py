@@ -14,13 +14,12 @@ Run against the series without 0005 in the patched arm's place, the first and th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from overlay.check.envs import Arm, Arms, arms_for
+from overlay.check.envs import Arms, arms_for
 
 pytestmark = pytest.mark.long
 REPO = Path(__file__).resolve().parents[3]
@@ -80,15 +79,8 @@ print(json.dumps({
 """
 
 
-def _run_json(arm: Arm, code: str) -> dict[str, Any]:
-    proc = arm.run(["-c", code], timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_zero_pages_are_zeros_written_lazily(arms: Arms) -> None:
-    out = _run_json(arms.patched, ZERO_PAGES)
+    out = arms.patched.run_code_json(ZERO_PAGES, timeout=600)
     assert out["dtype"] == "torch.int8" and out["numel"] == 256 * 2**20
     assert out["zeros"] and out["rest_zero"]
     assert out["resident_after_alloc"] < 16 * 2**20  # torch.zeros would make all 256 MiB resident here
