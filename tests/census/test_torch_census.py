@@ -92,6 +92,15 @@ def test_views_are_not_launches_and_ops_are(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "tensor_host")["eager-launches"] == 0.0  # host work is not a device launch
 
 
+def test_sort_elements_count_the_elements_of_full_sorts(cases: dict[str, Any]) -> None:
+    assert _metrics(cases, "sort")["sort-elements"] == 6.0  # the case's tensor x: 6 elements
+    assert _sites(cases, "sort", "sort-elements") == [[cases["sort"]["line"], 6]]
+    assert _metrics(cases, "argsort")["sort-elements"] == 6.0  # argsort is a sort
+    assert _metrics(cases, "topk")["sort-elements"] == 0.0  # a selection, not a sort
+    assert _metrics(cases, "topk")["eager-launches"] == 1.0
+    assert _metrics(cases, "add")["sort-elements"] == 0.0
+
+
 def test_collective_is_counted(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "collective")["collectives"] == 1.0
     assert _sites(cases, "collective", "collectives") == [[cases["collective"]["line"], 1]]

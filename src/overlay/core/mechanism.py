@@ -44,6 +44,9 @@ METRICS: tuple[str, ...] = (
     # modules imported from scratch across the engine's processes from launch to the first token (the sum over
     # processes of the modules each imported itself, not inherited through fork)
     "module-imports",
+    # elements passed through full sorts (aten.sort) in device work: a sort costs n log n, the vocabulary-wide sort of
+    # a top-p sampler is the case
+    "sort-elements",
 )
 DIRECTIONS: tuple[str, ...] = ("decreases", "increases", "unchanged", "becomes-true")
 # `capturable` is a property, not a count: it only becomes true or stays as it was
@@ -68,6 +71,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     },
     "vllm": {
         "decode-step": "one batched decode engine step without speculation: schedule, forward, sample, outputs",
+        "decode-step-sampled": "decode-step with seeded sampled requests (temperature, top-k and top-p)",
         "prefill-chunk": "one engine step prefilling one chunk of a prompt (chunked prefill, max_num_batched_tokens)",
         "spec-verify-step": "one n-gram speculative engine step: verify the drafts, reject-sample, propose the next",
         "cold-start": "engine launch to the first token in vLLM's default process layout",

@@ -146,6 +146,18 @@ def c_add(c: Census, x: torch.Tensor) -> Any:
     x + 1  # here
 
 
+def c_sort(c: Census, x: torch.Tensor) -> Any:
+    x.sort(dim=-1)  # here
+
+
+def c_argsort(c: Census, x: torch.Tensor) -> Any:
+    x.view(2, 3).argsort(dim=-1, stable=True)  # here
+
+
+def c_topk(c: Census, x: torch.Tensor) -> Any:
+    x.topk(2)  # here
+
+
 def c_collective(c: Census, x: torch.Tensor) -> Any:
     import torch.distributed as dist
 

@@ -54,6 +54,8 @@ Metrics (per step):
 - capturable: per step, None without a capture region; False if a region saw a host sync, a data-dependent-shape op or
   a pageable H2D copy (``c.capturable()`` raises CaptureViolation at the first, naming the call site); else True.
 - cache-hits: counted only by the worker (``c.count("cache-hits")`` or ``c.wrap``).
+- sort-elements: elements of the inputs of the full sorts (``aten.sort``, ``argsort`` goes through it) among the
+  eager- and graph-launches above: a sort's work grows as n log n where a ``topk`` or a reduction reads n once.
 
 Known blind spots (each is tested in tests/census/test_torch_census.py where a test can show it):
 - Only the thread that entered the Census is seen by the modes (torch mode stacks are per thread); the patched

@@ -257,6 +257,8 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
             and name not in NON_LAUNCH
         ):
             c.count("graph-launches" if c._capture_depth else "eager-launches", kind=f"aten.{name}")
+            if name == "sort":
+                c.count("sort-elements", inputs[0].numel(), kind="aten.sort")
         if (
             device_out
             and not c._tls.transfer_depth

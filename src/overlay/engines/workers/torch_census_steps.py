@@ -27,6 +27,7 @@ METRICS = (
     "peak-memory",
     "capturable",
     "cache-hits",
+    "sort-elements",
 )
 COUNTED = tuple(m for m in METRICS if m not in ("peak-memory", "capturable"))
 
