@@ -22,7 +22,20 @@ import vllm_census  # noqa: E402  (a worker script's module, from its folder)
 
 
 def test_the_vllm_scenarios_are_the_census_vocabulary() -> None:
-    assert scenarios("vllm") == ("decode-step", "prefill-chunk", "spec-verify-step", "cold-start")
+    assert scenarios("vllm") == (
+        "decode-step",
+        "decode-step-sampled",
+        "prefill-chunk",
+        "spec-verify-step",
+        "cold-start",
+    )
+    # the sampled scenario counts decode steps, with requests that take the sampler's top-k / top-p path
+    assert vllm_census.STEP_KIND == {"decode-step-sampled": "decode-step"}
+    assert {"top_k", "top_p", "temperature"} <= set(vllm_census.SAMPLED)
+    assert (
+        parse_mechanism("sort-elements decreases in decode-step-sampled", engine="vllm").metric
+        == "sort-elements"
+    )
     assert all(SCENARIOS["vllm"].values())
     assert "default process layout" in SCENARIOS["vllm"]["cold-start"]
     assert (
