@@ -1,0 +1,142 @@
+"""0006: with both top-k and top-p, the PyTorch sampling path (vLLM's CPU build) applies top-p to the top-k candidates
+instead of sorting the vocabulary (``VLLM_OVL_TOPK_TOPP_PRESELECT=1``). Long: two arms and three engine runs through
+the census, ~1 minute each on the 2-core machine.
+
+- ``apply_top_k_top_p_pytorch`` in the stock arm and in the patched arm with the flag, on the same logits: the same
+  output tensor (every value and every masked position) for float32 logits, the vocabulary sorted by neither; on logits
+  rounded to bfloat16 (equal values are common there) the same number of tokens kept per row with the same values,
+  only which of equal logits at the top-p cut may differ; a row without top-k (k = vocabulary) still takes the sort,
+  with stock's output; without the flag the patched arm is stock.
+- the census's ``decode-step-sampled`` (the engine's real sampler, seeded requests at top-k 20, top-p 0.8):
+  ``sort-elements`` per step is the batch times the vocabulary in stock and 0 with the flag, and the seeded tokens are
+  stock's.
+
+Run against the stock wheel in the patched arm's place, the function test and the census test fail (the flag is then
+never read: the census gives every metric None, and the vocabulary is sorted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from overlay.check.envs import Arm, Arms
+from overlay.engines import get_adapter
+
+pytestmark = pytest.mark.long
+FLAG = {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}
+STEPS = 3
+
+# One case per line of output: the logits, k and p drawn from a seeded generator, the function's output, and whether
+# the vocabulary was sorted (aten.sort called on a tensor of the vocabulary's width).
+FUNCTION = r"""
+import json, sys, torch
+from vllm.v1.sample.ops import topk_topp_sampler as m
+
+sorted_widths = []
+sort = torch.Tensor.sort
+def counting_sort(self, *args, **kwargs):
+    sorted_widths.append(self.shape[-1])
+    return sort(self, *args, **kwargs)
+torch.Tensor.sort = counting_sort
+
+g = torch.Generator().manual_seed(0)
+out = []
+for case in range(48):
+    rows, vocab = 1 + case % 4, 500 + 731 * case
+    logits = torch.randn(rows, vocab, generator=g) * (0.5 + case % 7)
+    bf16 = case % 2 == 1
+    if bf16:
+        logits = logits.to(torch.bfloat16).float()
+    k = torch.randint(1, 64, (rows,), generator=g)
+    if case % 12 == 5:
+        k[0] = vocab  # a request without top-k
+    p = torch.rand(rows, generator=g) * 0.9 + 0.05
+    sorted_widths.clear()
+    res = m.apply_top_k_top_p_pytorch(logits.clone(), k, p, allow_cpu_sync=True)
+    kept = [torch.nonzero(r > -float("inf")).flatten().tolist() for r in res]
+    out.append({
+        "bf16": bf16,
+        "no_top_k": bool((k == vocab).any()),
+        "kept": kept,
+        "values": [sorted(res[i, ids].tolist()) for i, ids in enumerate(kept)],
+        "vocab_sorted": vocab in sorted_widths,
+    })
+print(json.dumps(out))
+"""
+
+
+def with_env(arm: Arm, env: dict[str, str]) -> Arm:
+    return dataclasses.replace(arm, env={**arm.env, **env})
+
+
+@pytest.fixture(scope="module")
+def function(arms: Arms) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "stock": arms.stock.run_code_json(FUNCTION),
+        "flag": with_env(arms.patched, FLAG).run_code_json(FUNCTION),
+        "off": arms.patched.run_code_json(FUNCTION),
+    }
+
+
+def test_top_p_over_the_candidates_gives_the_sort_paths_output(
+    function: dict[str, list[dict[str, Any]]],
+) -> None:
+    stock, flag = function["stock"], function["flag"]
+    assert len(stock) == len(flag) == 48
+    tie_only = 0
+    for s, f in zip(stock, flag, strict=True):
+        assert s["vocab_sorted"]  # the premise: stock sorts the vocabulary for every case
+        assert f["vocab_sorted"] == s["no_top_k"]  # the flag sorts it only for a row without top-k
+        assert [len(r) for r in f["kept"]] == [len(r) for r in s["kept"]]
+        assert f["values"] == s["values"]  # the same kept logits in every row
+        if f["kept"] != s["kept"]:
+            assert s["bf16"] and not s["no_top_k"], s  # only among equal values, never for float32 logits
+            tie_only += 1
+    # float32 logits: the same tokens kept in every case (equal values at the cut do not occur there)
+    assert all(f["kept"] == s["kept"] for s, f in zip(stock, flag, strict=True) if not s["bf16"])
+    assert tie_only < len(stock) // 2
+
+
+def test_without_the_flag_the_sampler_is_stocks(function: dict[str, list[dict[str, Any]]]) -> None:
+    assert function["off"] == function["stock"]
+
+
+def census(arm: Arm, model: Path) -> dict[str, Any]:
+    request = {"task": "census", "model": str(model), "scenario": "decode-step-sampled", "steps": STEPS}
+    result: dict[str, Any] = get_adapter("vllm").run(arm, request)  # type: ignore[arg-type]
+    return result
+
+
+@pytest.fixture(scope="module")
+def sampled(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
+    return {
+        "stock": census(arms.stock, model),
+        "flag": census(with_env(arms.patched, FLAG), model),
+        "off": census(arms.patched, model),
+    }
+
+
+def test_the_engines_sampler_no_longer_sorts_the_vocabulary(
+    sampled: dict[str, dict[str, Any]], model: Path
+) -> None:
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    stock, flag, off = (sampled[a] for a in ("stock", "flag", "off"))
+    for doc in (stock, flag, off):
+        assert doc["scenario"] == "decode-step-sampled" and doc["steps"] == STEPS, doc["notes"]
+    assert stock["metrics"]["sort-elements"] == 4 * vocab  # the batch of 4, each row sorted
+    assert [s for s, _ in stock["sites"]["sort-elements"]] == ["vllm/v1/sample/ops/topk_topp_sampler.py:494"]
+    assert flag["metrics"]["sort-elements"] == 0
+    assert "VLLM_OVL_TOPK_TOPP_PRESELECT" in flag["detail"]["flags_read"]
+    assert off["metrics"]["sort-elements"] == stock["metrics"]["sort-elements"]
+
+
+def test_the_seeded_tokens_are_stocks(sampled: dict[str, dict[str, Any]]) -> None:
+    stock = sampled["stock"]["detail"]["tokens"]
+    assert all(len(t) > STEPS for t in stock)
+    assert sampled["flag"]["detail"]["tokens"] == stock
+    assert sampled["off"]["detail"]["tokens"] == stock
