@@ -5,7 +5,8 @@
 # kept the default suite over 25 minutes on 2 cores: the mlx-lm check on the shipped series (~7 minutes; README's
 # first command runs it), the mlx-lm MTP reference, trained-head and sampled-speculation runs, SGLang's engine runs
 # (tests/engines/sglang/test_engine.py) and all-reduce reference, ExLlamaV3's Q8 ring and static-table ring runs, the
-# mechanism-gate self-test. Same setup as scripts/test.sh.
+# mechanism-gate self-test; since stop 28 the trained qwen3_5-mtp build (tests/tinymodels, 115 s) and ExLlamaV3's
+# SharedKVAttention ring run (45 s), which took the default suite to 26 minutes. Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"

@@ -376,7 +376,7 @@ def test_training_task_reports_falling_loss(
     assert all(hf[n].shape == original[n].shape for n in hf)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # ~2 minutes on 2 cores (the trained build); the mlx-lm MTP tests (long) use the same model
 def test_qwen3_5_mtp_head_is_accepted(mlx_python: Interpreter) -> None:
     """The trained MTP head drafts tokens the target accepts (reference speculative loop, greedy, k=1 and 3).
 

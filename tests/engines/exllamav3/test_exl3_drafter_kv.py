@@ -106,6 +106,7 @@ def test_mixed_window_rings_match_unbounded(arms: Arms) -> None:
         assert all(n > 0 for op, n in doc["counts"].items() if op != "big_prefill" or payload.get("big"))
 
 
+@pytest.mark.long  # three 900-step probe runs, ~45 s on 2 cores
 def test_shared_kv_ring_source_after_shifts(arms: Arms) -> None:
     """0003: a query-only drafter layer (SharedKVAttention) reading the target's window ring in its own, later
     forward reads the target's last window + 1 keys at every step, across every window shift."""
