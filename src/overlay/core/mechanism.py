@@ -72,6 +72,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "vllm": {
         "decode-step": "one batched decode engine step without speculation: schedule, forward, sample, outputs",
         "decode-step-sampled": "decode-step with seeded sampled requests (temperature, top-k and top-p)",
+        "decode-step-top-p": "decode-step with seeded sampled requests (temperature and top-p, no top-k)",
         "prefill-chunk": "one engine step prefilling one chunk of a prompt (chunked prefill, max_num_batched_tokens)",
         "spec-verify-step": "one n-gram speculative engine step: verify the drafts, reject-sample, propose the next",
         "cold-start": "engine launch to the first token in vLLM's default process layout",

@@ -16,7 +16,14 @@ from overlay.schemas.documents import WorkerRequest
 
 DEFAULT_TARGET = "llama-target"
 # the worker's census task (workers/vllm_census.py; cold-start in workers/vllm_cold.py), one engine per scenario
-CENSUS_SCENARIOS = ("decode-step", "decode-step-sampled", "prefill-chunk", "spec-verify-step", "cold-start")
+CENSUS_SCENARIOS = (
+    "decode-step",
+    "decode-step-sampled",
+    "decode-step-top-p",
+    "prefill-chunk",
+    "spec-verify-step",
+    "cold-start",
+)
 DEFAULT_DRAFT = "llama-draft"
 RANDOM_DRAFT = "llama-draft-random"
 

@@ -25,13 +25,16 @@ def test_the_vllm_scenarios_are_the_census_vocabulary() -> None:
     assert scenarios("vllm") == (
         "decode-step",
         "decode-step-sampled",
+        "decode-step-top-p",
         "prefill-chunk",
         "spec-verify-step",
         "cold-start",
     )
-    # the sampled scenario counts decode steps, with requests that take the sampler's top-k / top-p path
-    assert vllm_census.STEP_KIND == {"decode-step-sampled": "decode-step"}
-    assert {"top_k", "top_p", "temperature"} <= set(vllm_census.SAMPLED)
+    # the sampled scenarios count decode steps, with requests that take the sampler's top-k / top-p path
+    assert set(vllm_census.STEP_KIND.values()) == {"decode-step"}
+    assert set(vllm_census.SAMPLED) == set(vllm_census.STEP_KIND)
+    assert set(vllm_census.SAMPLED["decode-step-sampled"]) == {"top_k", "top_p", "temperature"}
+    assert set(vllm_census.SAMPLED["decode-step-top-p"]) == {"top_p", "temperature"}  # top-p alone
     assert (
         parse_mechanism("sort-elements decreases in decode-step-sampled", engine="vllm").metric
         == "sort-elements"

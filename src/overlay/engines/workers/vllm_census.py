@@ -15,8 +15,9 @@ Result shape (every scenario, "cold-start" included, returns this; vllm_worker.p
 
 METRIC is every name of torch_census METRICS (host-syncs, h2d-copies, pageable-copies, eager-launches,
 graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements). "cold-start" is
-dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape. "decode-step-sampled" counts
-decode steps (STEP_KIND) of seeded sampled requests (SAMPLED), which take the sampler's top-k / top-p path.
+dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape. "decode-step-sampled" and
+"decode-step-top-p" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED: top-k with top-p, top-p alone),
+which take the sampler's top-k / top-p path.
 
 How (docs/engines/vllm.md, "Mechanism census"): the engine is vllm_worker's ``_llm`` (in this process, uni executor,
 float32, eager) with the scenario's settings; one census step is one ``LLMEngine.step()`` (schedule, execute_model,
@@ -42,11 +43,25 @@ if TYPE_CHECKING:
 
 # a vLLM patch's environment switch (Overlay-Flag: VLLM_OVL_NAME=1): set but never read by the engine = not measured
 FLAG_PREFIX = "VLLM_OVL_"
-SCENARIOS = ("decode-step", "decode-step-sampled", "prefill-chunk", "spec-verify-step", "cold-start")
-# a scenario that counts the steps of another kind with other requests: decode-step-sampled is decode-step's workload
-# with seeded sampled requests (SAMPLED), which take the sampler's top-k / top-p path
-STEP_KIND = {"decode-step-sampled": "decode-step"}
-SAMPLED = {"temperature": 0.7, "top_k": 20, "top_p": 0.8}  # Qwen3's generation_config defaults, close to them
+SCENARIOS = (
+    "decode-step",
+    "decode-step-sampled",
+    "decode-step-top-p",
+    "prefill-chunk",
+    "spec-verify-step",
+    "cold-start",
+)
+# a scenario that counts the steps of another kind with other requests: decode-step's workload with seeded sampled
+# requests (SAMPLED), which take the sampler's top-k / top-p path
+STEP_KIND = {"decode-step-sampled": "decode-step", "decode-step-top-p": "decode-step"}
+SAMPLED: dict[str, dict[str, float]] = {
+    "decode-step-sampled": {
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+    },  # near Qwen3's generation defaults
+    "decode-step-top-p": {"temperature": 0.7, "top_p": 0.9},  # top-p alone, as Llama 3's defaults sample
+}
 WARMUP = 1  # the first step of a kind (buffers, first-use caches) is left out of the means
 BATCH = 4  # requests decoded together in decode-step and spec-verify-step
 CHUNK = 64  # max_num_batched_tokens of prefill-chunk: the prompt is prefilled in chunks of this many tokens
@@ -275,7 +290,9 @@ def _run(llm: Any, model: str, scenario: str, steps: int, placement: str) -> dic
         if (
             scenario in STEP_KIND
         ):  # seeded: the same tokens in every arm whose sampler keeps the same distribution
-            params = SamplingParams(**SAMPLED, seed=1000 + i, max_tokens=max_tokens, ignore_eos=True)
+            params = SamplingParams(
+                **SAMPLED[scenario], seed=1000 + i, max_tokens=max_tokens, ignore_eos=True
+            )
         else:
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         engine.add_request(f"census-{i}", {"prompt_token_ids": p}, params)
@@ -335,7 +352,8 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
     metrics = dict(report["metrics"])
     what = {
         "decode-step": f"plain decode, batch {BATCH}",
-        "decode-step-sampled": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED}",
+        "decode-step-sampled": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
+        "decode-step-top-p": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
         "prefill-chunk": f"one request, chunked prefill of {CHUNK} tokens per step",
         "spec-verify-step": f"n-gram speculative (k={SPEC_K}, lookup 2-5), batch {BATCH}, "
         f"draft tokens per counted step: {run['drafts']}",
