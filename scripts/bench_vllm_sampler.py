@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
-"""Benchmark: vLLM's sampler with top-k and top-p on the CPU build, stock vs patched (0006,
-``VLLM_OVL_TOPK_TOPP_PRESELECT=1``), side by side in one run.
+"""Benchmark: vLLM's top-k / top-p sampling on the CPU build, stock vs patched, side by side in one run.
 
-    .venv/bin/python scripts/bench_vllm_sampler.py [--reps N] [--tokens N] [--batches 1,4] [--vocab V] [--json FILE]
+    .venv/bin/python scripts/bench_vllm_sampler.py [--sampling top-k-top-p|top-p] [--reps N] [--tokens N]
+        [--batches 1,4] [--vocab V] [--head-scale S] [--scales 3,5,8] [--json FILE]
+
+``--sampling top-k-top-p`` (default): temperature 0.7, top-k 20, top-p 0.8, the patched arm with 0006's
+``VLLM_OVL_TOPK_TOPP_PRESELECT=1``; ``--sampling top-p``: temperature 0.7, top-p 0.9 alone, with 0007's
+``VLLM_OVL_TOPP_NUCLEUS=1``.
 
 The model is the bundled tiny random llama (overlay.check.models ``llama-random``: 2 layers, hidden 64) widened to a
 vocabulary of ``--vocab`` rows (default 151936, Qwen's; the added embedding and output rows random, the tokenizer
-unchanged), built under build/bench/. Two engines run at once, one per arm (the stock wheel; the patched series with
-the flag), each in its own process (tests/engines/vllm/probes/sampler_bench.py, the check's in-process engine: float32,
-eager), and take turns: per repetition and batch size each decodes the same seeded sampled requests (temperature 0.7,
-top-k 20, top-p 0.8; ``--tokens`` tokens each), the arm that goes first alternating. Decode tok/s = batch x (decode
-steps) / seconds from the prefill step to the last step. Then each arm times ``apply_top_k_top_p_pytorch`` alone on the
-same logits (median of 50 calls per repetition, interleaved the same way).
+unchanged), built under build/bench/, its output rows times ``--head-scale`` (default 1). At 1 its next-token
+distributions are nearly flat: with top-p alone the nucleus is most of the vocabulary, so 0007 falls back to the sort
+(the engine rows then measure that fallback's cost); a larger scale makes them peaked, as a trained model's are at a
+usual temperature, and the nucleus narrow. Two engines run at once, one per arm (the stock wheel; the patched series with the flag), each in its own
+process (tests/engines/vllm/probes/sampler_bench.py, the check's in-process engine: float32, eager), and take turns:
+per repetition and batch size each decodes the same seeded sampled requests (``--tokens`` tokens each), the arm that
+goes first alternating. Decode tok/s = batch x (decode steps) / seconds from the prefill step to the last step. Then
+each arm times ``apply_top_k_top_p_pytorch`` alone (median of 30 calls per repetition, interleaved the same way) on
+normal logits times each of ``--scales``: the larger the scale, the more peaked the distribution and the narrower
+top-p's nucleus (reported as the tokens kept per row).
 
-Ratios are patched / stock with 95 % paired log-ratio t-intervals over the repetitions (overlay.check.stats.ratio_ci);
-an interval that spans 1.0 is not a speedup. The seeded tokens must be equal in both arms (float32 logits: the patch
-keeps the sort path's masks, tests/engines/vllm/test_vllm_sampler.py). On this tiny model the sampler is most of a
-step; the milliseconds saved per step are what carries over to a real model, whose forward adds its own time. Writes
-a JSON report (default build/reports/vllm-sampler-bench.json).
+Ratios are patched / stock (engine tok/s) and stock / patched (function time) with 95 % paired log-ratio t-intervals
+over the repetitions (overlay.check.stats.ratio_ci); an interval that spans 1.0 is not a speedup. The seeded tokens
+must be equal in both arms. On this tiny model the sampler is most of a step; the milliseconds saved per step are
+what carries over to a real model, whose forward adds its own time. Writes a JSON report (default
+build/reports/vllm-sampler-bench-SAMPLING.json).
 """
 
 from __future__ import annotations
@@ -41,17 +49,19 @@ from overlay.check.stats import ratio_ci, speed_verdict
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "vllm" / "probes" / "sampler_bench.py"
-FLAG = {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}
+# what each sampling mode's patch is switched by: 0006 (top-k with top-p), 0007 (top-p alone)
+FLAGS = {"top-k-top-p": {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}, "top-p": {"VLLM_OVL_TOPP_NUCLEUS": "1"}}
 MARK = "@@sampler-bench "  # the probe's answer lines
 
 
-def wide_model(vocab: int) -> Path:
-    """llama-random with ``vocab`` embedding and output rows (the first 512 are the model's own)."""
+def wide_model(vocab: int, head_scale: float) -> Path:
+    """llama-random with ``vocab`` embedding and output rows (the first 512 are the model's own), the output rows times
+    ``head_scale`` (its logits times it: the larger, the more peaked the next-token distribution)."""
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
     base = tinymodels.build("llama-random", root=REPO)
-    out = REPO / "build" / "bench" / f"{base.name}-vocab{vocab}"
+    out = REPO / "build" / "bench" / f"{base.name}-vocab{vocab}-head{head_scale:g}"
     if (out / "model.safetensors").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -66,6 +76,7 @@ def wide_model(vocab: int) -> Path:
         w = tensors[name]
         extra = rng.standard_normal((vocab - w.shape[0], w.shape[1])).astype(w.dtype) * float(w.std())
         tensors[name] = np.concatenate([w, extra])
+    tensors["lm_head.weight"] = tensors["lm_head.weight"] * np.float32(head_scale)
     save_file(tensors, str(out / "model.safetensors.tmp"))
     atomic_write_text(out / "config.json", json.dumps(config, indent=2) + "\n")
     os.replace(out / "model.safetensors.tmp", out / "model.safetensors")
@@ -115,13 +126,16 @@ class Engine:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    model = wide_model(args.vocab)
+    model = wide_model(args.vocab, args.head_scale)
     arms = arms_for(REPO, "vllm")
-    patched = dataclasses.replace(arms.patched, env={**arms.patched.env, **FLAG})
+    flag = FLAGS[args.sampling]
+    patched = dataclasses.replace(arms.patched, env={**arms.patched.env, **flag})
     engines = {"stock": Engine(arms.stock, model), "patched": Engine(patched, model)}
     batches = [int(b) for b in args.batches.split(",")]
+    scales = [float(x) for x in args.scales.split(",")]
     tok_s: dict[str, dict[int, list[float]]] = {a: {b: [] for b in batches} for a in engines}
-    fn_s: dict[str, dict[int, list[float]]] = {a: {b: [] for b in batches} for a in engines}
+    fn_s: dict[str, dict[str, list[float]]] = {a: {} for a in engines}
+    kept: dict[str, list[int]] = {}
     identical = True
     load = [os.getloadavg()[0]]
     try:
@@ -130,14 +144,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for b in batches:
                 tokens: dict[str, Any] = {}
                 for a in order:
-                    r = engines[a].ask(task="engine", batch=b, tokens=args.tokens, seed=100 * rep)
+                    r = engines[a].ask(
+                        task="engine", mode=args.sampling, batch=b, tokens=args.tokens, seed=100 * rep
+                    )
                     tok_s[a][b].append(b * r["decode_steps"] / r["seconds"])
                     tokens[a] = r["tokens"]
                 identical &= tokens["stock"] == tokens["patched"]
-                for a in order:
-                    fn_s[a][b].append(
-                        engines[a].ask(task="function", batch=b, vocab=args.vocab, reps=50)["seconds"]
-                    )
+                for x in scales:
+                    for a in order:
+                        cmd = {"mode": args.sampling, "batch": b, "vocab": args.vocab, "scale": x, "reps": 30}
+                        r = engines[a].ask(task="function", **cmd)
+                        fn_s[a].setdefault(f"{b}/{x:g}", []).append(r["seconds"])
+                        kept.setdefault(f"{b}/{x:g}", r["kept"])
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
     finally:
         for e in engines.values():
@@ -146,9 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for b in batches:
         speed = ratio_ci(tok_s["patched"][b], tok_s["stock"][b])
-        fn = ratio_ci(
-            fn_s["stock"][b], fn_s["patched"][b]
-        )  # stock time / patched time: the function's speedup
+        stock_s, patched_s = (b / statistics.median(tok_s[a][b]) for a in ("stock", "patched"))
         rows.append(
             {
                 "batch": b,
@@ -156,24 +172,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "patched_tok_s": statistics.median(tok_s["patched"][b]),
                 "decode_ratio": speed,
                 "decode_verdict": speed_verdict(speed, higher_is_better=True),
-                "step_ms_saved": 1e3
-                * (b / statistics.median(tok_s["stock"][b]) - b / statistics.median(tok_s["patched"][b])),
-                "function_ms": {a: 1e3 * statistics.median(fn_s[a][b]) for a in engines},
-                "function_speedup": fn,
+                "step_ms_saved": 1e3 * (stock_s - patched_s),
             }
         )
+    functions = [
+        {
+            "batch": int(key.split("/")[0]),
+            "scale": float(key.split("/")[1]),
+            "kept_per_row": kept[key],  # the nucleus (top-p alone) or the top-p share of the top-k candidates
+            "ms": {a: 1e3 * statistics.median(fn_s[a][key]) for a in engines},
+            "speedup": ratio_ci(fn_s["stock"][key], fn_s["patched"][key]),  # stock time / patched time
+        }
+        for key in fn_s["stock"]
+    ]
     return {
         "version": 1,
         "model": str(model.relative_to(REPO)),
         "vocab": args.vocab,
-        "sampling": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
-        "arms": {"stock": arms.stock.version, "patched": arms.patched.version, "flag": FLAG},
+        "head_scale": args.head_scale,
+        "sampling": args.sampling,
+        "arms": {"stock": arms.stock.version, "patched": arms.patched.version, "flag": flag},
         "reps": args.reps,
         "tokens": args.tokens,
         "threads": {a: e.ready.get("threads") for a, e in engines.items()},
         "load_average": load,
         "identical_tokens": identical,
-        "rows": rows,
+        "engine": rows,
+        "function": functions,
         "samples": {"decode_tok_s": tok_s, "function_s": fn_s},
     }
 
@@ -190,28 +215,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--vocab", type=int, default=151936)
-    ap.add_argument("--json", type=Path, default=REPO / "build" / "reports" / "vllm-sampler-bench.json")
+    ap.add_argument("--sampling", choices=sorted(FLAGS), default="top-k-top-p")
+    ap.add_argument(
+        "--head-scale", type=float, default=1.0, help="the model's output rows times this (default 1)"
+    )
+    ap.add_argument(
+        "--scales", default="3", help="the function's logits: normal times each scale (default 3)"
+    )
+    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     report = run(args)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.json, json.dumps(report, indent=2) + "\n")
+    out = args.json or REPO / "build" / "reports" / f"vllm-sampler-bench-{args.sampling}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(report, indent=2) + "\n")
     print(
-        f"model {report['model']} (vocab {report['vocab']}), {report['reps']} reps x {report['tokens']} tokens, "
-        f"load {report['load_average'][0]:.2f} -> {report['load_average'][1]:.2f}, "
+        f"model {report['model']} (vocab {report['vocab']}), sampling {args.sampling}, {report['reps']} reps x "
+        f"{report['tokens']} tokens, load {report['load_average'][0]:.2f} -> {report['load_average'][1]:.2f}, "
         f"seeded tokens identical: {report['identical_tokens']}"
     )
-    print(
-        "| batch | stock tok/s | patched tok/s | patched/stock [95 %] | ms saved per step | sampler ms stock -> patched | sampler speedup [95 %] |"
-    )
-    print("|---:|---:|---:|---|---:|---|---|")
-    for r in report["rows"]:
-        fm = r["function_ms"]
+    print("| batch | stock tok/s | patched tok/s | patched/stock [95 %] | ms saved per step |")
+    print("|---:|---:|---:|---|---:|")
+    for r in report["engine"]:
         print(
             f"| {r['batch']} | {r['stock_tok_s']:.1f} | {r['patched_tok_s']:.1f} | {_ci(r['decode_ratio'])} "
-            f"({r['decode_verdict']}) | {r['step_ms_saved']:.2f} | {fm['stock']:.2f} -> {fm['patched']:.2f} | "
-            f"{_ci(r['function_speedup'])} |"
+            f"({r['decode_verdict']}) | {r['step_ms_saved']:.2f} |"
         )
-    print(f"report: {args.json}")
+    print("| batch | logits scale | tokens kept per row | sampler ms, stock -> patched | speedup [95 %] |")
+    print("|---:|---:|---|---|---|")
+    for f in report["function"]:
+        print(
+            f"| {f['batch']} | {f['scale']:g} | {f['kept_per_row']} | {f['ms']['stock']:.2f} -> "
+            f"{f['ms']['patched']:.2f} | {_ci(f['speedup'])} |"
+        )
+    print(f"report: {out}")
     return 0 if report["identical_tokens"] else 1
 
 

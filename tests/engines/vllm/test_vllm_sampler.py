@@ -1,6 +1,7 @@
-"""0006: with both top-k and top-p, the PyTorch sampling path (vLLM's CPU build) applies top-p to the top-k candidates
-instead of sorting the vocabulary (``VLLM_OVL_TOPK_TOPP_PRESELECT=1``). Long: two arms and three engine runs through
-the census, ~1 minute each on the 2-core machine.
+"""0006 and 0007: the PyTorch sampling path (vLLM's CPU build) without the vocabulary-wide sort. 0006: with top-k and
+top-p, top-p over the top-k candidates (``VLLM_OVL_TOPK_TOPP_PRESELECT=1``); 0007: top-p alone from the largest values
+(``VLLM_OVL_TOPP_NUCLEUS=1``). Long: two arms and five engine runs through the census, ~1 minute each on the 2-core
+machine.
 
 - ``apply_top_k_top_p_pytorch`` in the stock arm and in the patched arm with the flag, on the same logits: the same
   output tensor (every value and every masked position) for float32 logits, the vocabulary sorted by neither; on logits
@@ -11,7 +12,13 @@ the census, ~1 minute each on the 2-core machine.
   ``sort-elements`` per step is the batch times the vocabulary in stock and 0 with the flag, and the seeded tokens are
   stock's.
 
-Run against the stock wheel in the patched arm's place, the function test and the census test fail (the flag is then
+- 0007, ``apply_top_k_top_p_pytorch`` with top-p alone: the same tokens kept as stock for float32 logits (in these
+  cases; the two computations of the cut round differently, so a token whose mass lies within float32 rounding of
+  ``1 - p`` could differ), the same count and values on bfloat16-rounded logits; a nucleus wider than 1024 tokens, or a
+  row with p = 1, takes the sort with stock's output. The census's ``decode-step-top-p``: ``sort-elements`` 0 with the
+  flag, the seeded tokens stock's.
+
+Run against the stock wheel in the patched arm's place, the function tests and the census tests fail (the flag is then
 never read: the census gives every metric None, and the vocabulary is sorted).
 """
 
@@ -29,10 +36,12 @@ from overlay.engines import get_adapter
 
 pytestmark = pytest.mark.long
 FLAG = {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}
+NUCLEUS = {"VLLM_OVL_TOPP_NUCLEUS": "1"}
 STEPS = 3
 
-# One case per line of output: the logits, k and p drawn from a seeded generator, the function's output, and whether
-# the vocabulary was sorted (aten.sort called on a tensor of the vocabulary's width).
+# One record per case: the logits, k and p drawn from a seeded generator, the function's output, and whether the
+# vocabulary was sorted (aten.sort called on a tensor of the vocabulary's width). argv[1]: "top-k" (top-k with top-p)
+# or "top-p" (top-p alone; every sixth case flat, its nucleus wider than 1024 tokens, every twelfth a row at p = 1).
 FUNCTION = r"""
 import json, sys, torch
 from vllm.v1.sample.ops import topk_topp_sampler as m
@@ -56,12 +65,22 @@ for case in range(48):
     if case % 12 == 5:
         k[0] = vocab  # a request without top-k
     p = torch.rand(rows, generator=g) * 0.9 + 0.05
+    if sys.argv[1] == "top-p":
+        k = None
+        if case % 6 == 3:
+            logits = torch.randn(rows, vocab, generator=g) * 0.5  # flat: the nucleus is most of the vocabulary
+            p[:] = 0.95
+        if case % 12 == 7:
+            p[0] = 1.0  # a request without top-p beside ones with it
     sorted_widths.clear()
     res = m.apply_top_k_top_p_pytorch(logits.clone(), k, p, allow_cpu_sync=True)
     kept = [torch.nonzero(r > -float("inf")).flatten().tolist() for r in res]
     out.append({
         "bf16": bf16,
-        "no_top_k": bool((k == vocab).any()),
+        "no_top_k": k is not None and bool((k == vocab).any()),
+        "wide": sys.argv[1] == "top-p" and case % 6 == 3,
+        "p_one": bool((p == 1).any()),
+        "vocab": vocab,
         "kept": kept,
         "values": [sorted(res[i, ids].tolist()) for i, ids in enumerate(kept)],
         "vocab_sorted": vocab in sorted_widths,
@@ -77,9 +96,12 @@ def with_env(arm: Arm, env: dict[str, str]) -> Arm:
 @pytest.fixture(scope="module")
 def function(arms: Arms) -> dict[str, list[dict[str, Any]]]:
     return {
-        "stock": arms.stock.run_code_json(FUNCTION),
-        "flag": with_env(arms.patched, FLAG).run_code_json(FUNCTION),
-        "off": arms.patched.run_code_json(FUNCTION),
+        "stock": arms.stock.run_code_json(FUNCTION, "top-k"),
+        "flag": with_env(arms.patched, FLAG).run_code_json(FUNCTION, "top-k"),
+        "off": arms.patched.run_code_json(FUNCTION, "top-k"),
+        "stock top-p": arms.stock.run_code_json(FUNCTION, "top-p"),
+        "nucleus": with_env(arms.patched, NUCLEUS).run_code_json(FUNCTION, "top-p"),
+        "off top-p": arms.patched.run_code_json(FUNCTION, "top-p"),
     }
 
 
@@ -102,12 +124,39 @@ def test_top_p_over_the_candidates_gives_the_sort_paths_output(
     assert tie_only < len(stock) // 2
 
 
-def test_without_the_flag_the_sampler_is_stocks(function: dict[str, list[dict[str, Any]]]) -> None:
+def test_top_p_alone_from_the_largest_values_keeps_the_sort_paths_tokens(
+    function: dict[str, list[dict[str, Any]]],
+) -> None:
+    stock, nucleus = function["stock top-p"], function["nucleus"]
+    assert len(stock) == len(nucleus) == 48
+    tie_only = fast = 0
+    for s, f in zip(stock, nucleus, strict=True):
+        assert s["vocab_sorted"]  # the premise
+        widest = max(len(r) for r in s["kept"])
+        if f["vocab_sorted"]:  # the sort path itself: stock's output
+            # only where a nucleus is wider than the 1024 largest values (within the margin) or a row has p = 1
+            assert widest > 1000 or s["p_one"], s["kept"]
+            assert f == s
+            continue
+        assert widest <= 1024 and not s["p_one"]
+        fast += 1
+        assert [len(r) for r in f["kept"]] == [len(r) for r in s["kept"]]
+        assert f["values"] == s["values"]
+        if f["kept"] != s["kept"]:
+            assert s["bf16"], s  # only among equal values
+            tie_only += 1
+    assert fast >= len(stock) // 2 and tie_only < fast // 2
+    # the flat cases sort: their nuclei are most of the vocabulary
+    assert all(f["vocab_sorted"] for s, f in zip(stock, nucleus, strict=True) if s["wide"])
+
+
+def test_without_the_flags_the_sampler_is_stocks(function: dict[str, list[dict[str, Any]]]) -> None:
     assert function["off"] == function["stock"]
+    assert function["off top-p"] == function["stock top-p"]
 
 
-def census(arm: Arm, model: Path) -> dict[str, Any]:
-    request = {"task": "census", "model": str(model), "scenario": "decode-step-sampled", "steps": STEPS}
+def census(arm: Arm, model: Path, scenario: str = "decode-step-sampled") -> dict[str, Any]:
+    request = {"task": "census", "model": str(model), "scenario": scenario, "steps": STEPS}
     result: dict[str, Any] = get_adapter("vllm").run(arm, request)  # type: ignore[arg-type]
     return result
 
@@ -118,6 +167,8 @@ def sampled(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
         "stock": census(arms.stock, model),
         "flag": census(with_env(arms.patched, FLAG), model),
         "off": census(arms.patched, model),
+        "stock top-p": census(arms.stock, model, "decode-step-top-p"),
+        "nucleus": census(with_env(arms.patched, NUCLEUS), model, "decode-step-top-p"),
     }
 
 
@@ -140,3 +191,14 @@ def test_the_seeded_tokens_are_stocks(sampled: dict[str, dict[str, Any]]) -> Non
     assert all(len(t) > STEPS for t in stock)
     assert sampled["flag"]["detail"]["tokens"] == stock
     assert sampled["off"]["detail"]["tokens"] == stock
+
+
+def test_top_p_alone_no_longer_sorts_the_vocabulary(sampled: dict[str, dict[str, Any]], model: Path) -> None:
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    stock, nucleus = sampled["stock top-p"], sampled["nucleus"]
+    assert stock["scenario"] == nucleus["scenario"] == "decode-step-top-p"
+    assert stock["metrics"]["sort-elements"] == 4 * vocab
+    assert nucleus["metrics"]["sort-elements"] == 0
+    assert "VLLM_OVL_TOPP_NUCLEUS" in nucleus["detail"]["flags_read"]
+    assert nucleus["detail"]["tokens"] == stock["detail"]["tokens"]
+    assert all(len(t) > STEPS for t in stock["detail"]["tokens"])

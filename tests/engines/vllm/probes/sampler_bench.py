@@ -6,12 +6,14 @@ interpreter; never imports overlay).
 Starts the check's engine (workers/vllm_worker.py ``_llm``: in this process, float32, eager), prints ``{"ready": ...}``,
 then answers one JSON command per stdin line with one JSON line on stdout (after MARK: other output may reach stdout):
 
-- ``{"task": "engine", "batch": B, "tokens": N, "seed": S}``: B seeded sampled requests (SAMPLED: temperature 0.7,
-  top-k 20, top-p 0.8) of N tokens each after an 8-token prompt, decoded together by ``LLMEngine.step`` calls; the
+- ``{"task": "engine", "mode": M, "batch": B, "tokens": N, "seed": S}``: B seeded sampled requests (SAMPLED[M]:
+  "top-k-top-p" temperature 0.7, top-k 20, top-p 0.8; "top-p" temperature 0.7, top-p 0.9) of N tokens each after an
+  8-token prompt, decoded together by ``LLMEngine.step`` calls; the
   seconds from the end of the first step (the prefill, which samples the first token) to the end of the last, the
   number of decode steps, and the tokens.
-- ``{"task": "function", "batch": B, "vocab": V, "reps": R}``: ``apply_top_k_top_p_pytorch`` on B rows of V seeded
-  random logits at the same top-k / top-p, R calls; the median seconds of one call.
+- ``{"task": "function", "mode": M, "batch": B, "vocab": V, "scale": X, "reps": R}``: ``apply_top_k_top_p_pytorch`` on
+  B rows of V seeded normal logits times X at SAMPLED[M]'s top-k / top-p, R calls; the median seconds of one call and
+  the tokens kept per row (the nucleus, for top-p alone: the larger X, the fewer).
 - ``{"task": "quit"}``.
 
 vLLM's logs go to stderr.
@@ -27,16 +29,19 @@ from pathlib import Path
 from typing import Any
 
 WORKERS = Path(__file__).resolve().parents[4] / "src" / "overlay" / "engines" / "workers"
-SAMPLED = {"temperature": 0.7, "top_k": 20, "top_p": 0.8}
+SAMPLED: dict[str, dict[str, Any]] = {
+    "top-k-top-p": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
+    "top-p": {"temperature": 0.7, "top_p": 0.9},
+}
 MARK = "@@sampler-bench "
 
 
-def engine_run(llm: Any, batch: int, tokens: int, seed: int) -> dict[str, Any]:
+def engine_run(llm: Any, mode: str, batch: int, tokens: int, seed: int) -> dict[str, Any]:
     from vllm import SamplingParams
 
     engine = llm.llm_engine
     for i in range(batch):
-        params = SamplingParams(**SAMPLED, seed=seed + i, max_tokens=tokens, ignore_eos=True)
+        params = SamplingParams(**SAMPLED[mode], seed=seed + i, max_tokens=tokens, ignore_eos=True)
         prompt = [0, *(1 + (j * 37 + i * 101 + seed) % 500 for j in range(7))]
         engine.add_request(f"bench-{seed}-{i}", {"prompt_token_ids": prompt}, params)
     stamps: list[float] = []
@@ -51,21 +56,23 @@ def engine_run(llm: Any, batch: int, tokens: int, seed: int) -> dict[str, Any]:
     return {"seconds": decode, "decode_steps": len(stamps) - 1, "tokens": [out[k] for k in sorted(out)]}
 
 
-def function_run(batch: int, vocab: int, reps: int) -> dict[str, Any]:
+def function_run(mode: str, batch: int, vocab: int, scale: float, reps: int) -> dict[str, Any]:
     import torch
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
 
     g = torch.Generator().manual_seed(vocab)
-    logits = torch.randn(batch, vocab, generator=g) * 3
-    k = torch.full((batch,), SAMPLED["top_k"])
-    p = torch.full((batch,), SAMPLED["top_p"])
+    logits = torch.randn(batch, vocab, generator=g) * scale
+    top_k = SAMPLED[mode].get("top_k")
+    k = None if top_k is None else torch.full((batch,), top_k)
+    p = torch.full((batch,), SAMPLED[mode]["top_p"])
     times = []
     for _ in range(reps):
         x = logits.clone()
         t = time.perf_counter()
-        apply_top_k_top_p_pytorch(x, k, p, allow_cpu_sync=True)
+        out = apply_top_k_top_p_pytorch(x, k, p, allow_cpu_sync=True)
         times.append(time.perf_counter() - t)
-    return {"seconds": statistics.median(times)}
+    kept = (out > -float("inf")).sum(dim=-1).tolist()
+    return {"seconds": statistics.median(times), "kept": kept}
 
 
 def say(doc: dict[str, Any]) -> None:
@@ -86,9 +93,9 @@ def main() -> int:
         if cmd["task"] == "quit":
             break
         if cmd["task"] == "engine":
-            res = engine_run(llm, cmd["batch"], cmd["tokens"], cmd["seed"])
+            res = engine_run(llm, cmd["mode"], cmd["batch"], cmd["tokens"], cmd["seed"])
         else:
-            res = function_run(cmd["batch"], cmd["vocab"], cmd["reps"])
+            res = function_run(cmd["mode"], cmd["batch"], cmd["vocab"], cmd["scale"], cmd["reps"])
         say(res)
     vllm_worker._shutdown(llm)
     return 0
