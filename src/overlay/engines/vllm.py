@@ -9,6 +9,7 @@ from typing import Any
 
 from overlay.check.adapter import Models, given_models
 from overlay.check.envs import Arm
+from overlay.core.mechanism import scenarios
 from overlay.engines import WORKERS
 from overlay.engines.exllamav3 import run_patch_tests
 from overlay.progress import Reporter
@@ -16,14 +17,7 @@ from overlay.schemas.documents import WorkerRequest
 
 DEFAULT_TARGET = "llama-target"
 # the worker's census task (workers/vllm_census.py; cold-start in workers/vllm_cold.py), one engine per scenario
-CENSUS_SCENARIOS = (
-    "decode-step",
-    "decode-step-sampled",
-    "decode-step-top-p",
-    "prefill-chunk",
-    "spec-verify-step",
-    "cold-start",
-)
+CENSUS_SCENARIOS = scenarios("vllm")  # the registry (overlay.core.mechanism); the worker's SCENARIOS match it
 DEFAULT_DRAFT = "llama-draft"
 RANDOM_DRAFT = "llama-draft-random"
 
