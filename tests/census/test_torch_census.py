@@ -156,6 +156,14 @@ def test_peak_memory_counts_live_allocations(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "allocation")["peak-memory"] == 2048.0  # empty(256) f32 and y + 1 both alive
 
 
+def test_alloc_bytes_sum_the_allocations_freed_or_not(cases: dict[str, Any]) -> None:
+    assert _metrics(cases, "allocation")["alloc-bytes"] == 2048.0  # the two 1 KiB tensors
+    freed = _metrics(cases, "allocations_freed")
+    assert (freed["alloc-bytes"], freed["peak-memory"]) == (3072.0, 1024.0)  # three in turn, one alive at a time
+    assert _sites(cases, "allocations_freed", "alloc-bytes") == [[cases["allocations_freed"]["line"], 3072]]
+    assert _metrics(cases, "view")["alloc-bytes"] == 0.0
+
+
 def test_cpu_is_device_reads_cpu_as_the_engine_device(cases: dict[str, Any]) -> None:
     up = _metrics(cases, "cpu_is_device_upload")
     assert (up["h2d-copies"], up["pageable-copies"], up["host-syncs"]) == (1.0, 1.0, 0.0)

@@ -47,6 +47,9 @@ METRICS: tuple[str, ...] = (
     # elements passed through full sorts (aten.sort) in device work: a sort costs n log n, the vocabulary-wide sort of
     # a top-p sampler is the case
     "sort-elements",
+    # device bytes allocated by a step's ops, summed (freed or not): its temporaries, which peak-memory sees only when
+    # one of them sets the step's peak
+    "alloc-bytes",
 )
 DIRECTIONS: tuple[str, ...] = ("decreases", "increases", "unchanged", "becomes-true")
 # `capturable` is a property, not a count: it only becomes true or stays as it was
@@ -73,6 +76,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "decode-step": "one batched decode engine step without speculation: schedule, forward, sample, outputs",
         "decode-step-sampled": "decode-step with seeded sampled requests (temperature, top-k and top-p)",
         "decode-step-top-p": "decode-step with seeded sampled requests (temperature and top-p, no top-k)",
+        "decode-step-penalties": "decode-step with seeded sampled requests (temperature, repetition, presence and "
+        "frequency penalties)",
         "prefill-chunk": "one engine step prefilling one chunk of a prompt (chunked prefill, max_num_batched_tokens)",
         "spec-verify-step": "one n-gram speculative engine step: verify the drafts, reject-sample, propose the next",
         "cold-start": "engine launch to the first token in vLLM's default process layout",

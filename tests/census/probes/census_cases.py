@@ -225,6 +225,13 @@ def c_allocation(c: Census, x: torch.Tensor) -> Any:
     del y, z
 
 
+def c_allocations_freed(c: Census, x: torch.Tensor) -> Any:
+    for _ in range(3):
+        y = torch.empty(256, dtype=torch.float32)  # here
+        del y
+    x.add_(1)  # in place: no allocation
+
+
 def c_cpu_is_device_upload(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)

@@ -54,6 +54,9 @@ Metrics (per step):
 - capturable: per step, None without a capture region; False if a region saw a host sync, a data-dependent-shape op or
   a pageable H2D copy (``c.capturable()`` raises CaptureViolation at the first, naming the call site); else True.
 - cache-hits: counted only by the worker (``c.count("cache-hits")`` or ``c.wrap``).
+- alloc-bytes: the step's device bytes allocated by ops, summed whether or not they are freed within the step (the
+  same allocations as peak-memory): each is written at least once, so a vocabulary-wide temporary counts its bytes
+  where peak-memory sees it only if it sets the step's peak.
 - sort-elements: elements of the inputs of the full sorts (``aten.sort``, ``argsort`` goes through it) among the
   eager- and graph-launches above: a sort's work grows as n log n where a ``topk`` or a reduction reads n once.
 
@@ -343,6 +346,7 @@ class Census:
         if not n:
             return
         self._live += n
+        self.count("alloc-bytes", n)
         step = self.current
         step.peak = max(step.peak, self._live)
         weakref.finalize(out, self._free, n)

@@ -28,6 +28,7 @@ METRICS = (
     "capturable",
     "cache-hits",
     "sort-elements",
+    "alloc-bytes",
 )
 COUNTED = tuple(m for m in METRICS if m not in ("peak-memory", "capturable"))
 
