@@ -22,12 +22,25 @@ import vllm_census  # noqa: E402  (a worker script's module, from its folder)
 
 
 def test_the_vllm_scenarios_are_the_census_vocabulary() -> None:
-    assert {"decode-step", "decode-step-sampled", "decode-step-top-p", "cold-start"} <= set(scenarios("vllm"))
+    assert {
+        "decode-step",
+        "decode-step-sampled",
+        "decode-step-top-p",
+        "decode-step-penalties",
+        "cold-start",
+    } <= set(scenarios("vllm"))
     # the sampled scenarios count decode steps, with requests that take the sampler's top-k / top-p path
     assert set(vllm_census.STEP_KIND.values()) == {"decode-step"}
     assert set(vllm_census.SAMPLED) == set(vllm_census.STEP_KIND)
     assert set(vllm_census.SAMPLED["decode-step-sampled"]) == {"top_k", "top_p", "temperature"}
     assert set(vllm_census.SAMPLED["decode-step-top-p"]) == {"top_p", "temperature"}  # top-p alone
+    # the penalties path without top-k / top-p (whose sort would set the step's peak memory)
+    assert set(vllm_census.SAMPLED["decode-step-penalties"]) == {
+        "temperature",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+    }
     assert (
         parse_mechanism("sort-elements decreases in decode-step-sampled", engine="vllm").metric
         == "sort-elements"

@@ -14,10 +14,11 @@ Result shape (every scenario, "cold-start" included, returns this; vllm_worker.p
      "standin": str | None}                # test infrastructure in the path (None: the real engine only)
 
 METRIC is every name of torch_census METRICS (host-syncs, h2d-copies, pageable-copies, eager-launches,
-graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements). "cold-start" is
+graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements, alloc-bytes). "cold-start" is
 dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape. "decode-step-sampled" and
-"decode-step-top-p" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED: top-k with top-p, top-p alone),
-which take the sampler's top-k / top-p path.
+"decode-step-top-p" and "decode-step-penalties" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED:
+top-k with top-p, top-p alone, temperature with the three penalties), which take the sampler's top-k / top-p or
+penalties path.
 
 How (docs/engines/vllm.md, "Mechanism census"): the engine is vllm_worker's ``_llm`` (in this process, uni executor,
 float32, eager) with the scenario's settings; one census step is one ``LLMEngine.step()`` (schedule, execute_model,
@@ -47,13 +48,18 @@ SCENARIOS = (
     "decode-step",
     "decode-step-sampled",
     "decode-step-top-p",
+    "decode-step-penalties",
     "prefill-chunk",
     "spec-verify-step",
     "cold-start",
 )
 # a scenario that counts the steps of another kind with other requests: decode-step's workload with seeded sampled
 # requests (SAMPLED), which take the sampler's top-k / top-p path
-STEP_KIND = {"decode-step-sampled": "decode-step", "decode-step-top-p": "decode-step"}
+STEP_KIND = {
+    "decode-step-sampled": "decode-step",
+    "decode-step-top-p": "decode-step",
+    "decode-step-penalties": "decode-step",
+}
 SAMPLED: dict[str, dict[str, float]] = {
     "decode-step-sampled": {
         "temperature": 0.7,
@@ -61,6 +67,13 @@ SAMPLED: dict[str, dict[str, float]] = {
         "top_p": 0.8,
     },  # near Qwen3's generation defaults
     "decode-step-top-p": {"temperature": 0.7, "top_p": 0.9},  # top-p alone, as Llama 3's defaults sample
+    # the sampler's penalties path (a generation_config's repetition_penalty is a request default in vLLM)
+    "decode-step-penalties": {
+        "temperature": 0.7,
+        "repetition_penalty": 1.05,
+        "presence_penalty": 0.3,
+        "frequency_penalty": 0.2,
+    },
 }
 WARMUP = 1  # the first step of a kind (buffers, first-use caches) is left out of the means
 BATCH = 4  # requests decoded together in decode-step and spec-verify-step
@@ -354,6 +367,7 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
         "decode-step": f"plain decode, batch {BATCH}",
         "decode-step-sampled": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
         "decode-step-top-p": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
+        "decode-step-penalties": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
         "prefill-chunk": f"one request, chunked prefill of {CHUNK} tokens per step",
         "spec-verify-step": f"n-gram speculative (k={SPEC_K}, lookup 2-5), batch {BATCH}, "
         f"draft tokens per counted step: {run['drafts']}",
