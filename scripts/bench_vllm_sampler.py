@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Benchmark: vLLM's top-k / top-p sampling on the CPU build, stock vs patched, side by side in one run.
+"""Benchmark: vLLM's sampler (top-k / top-p, penalties) on the CPU build, stock vs patched, side by side in one run.
 
-    .venv/bin/python scripts/bench_vllm_sampler.py [--sampling top-k-top-p|top-p] [--reps N] [--tokens N]
+    .venv/bin/python scripts/bench_vllm_sampler.py [--sampling top-k-top-p|top-p|penalties] [--reps N] [--tokens N]
         [--batches 1,4] [--vocab V] [--head-scale S] [--scales 3,5,8] [--json FILE]
 
 ``--sampling top-k-top-p`` (default): temperature 0.7, top-k 20, top-p 0.8, the patched arm with 0006's
 ``VLLM_OVL_TOPK_TOPP_PRESELECT=1``; ``--sampling top-p``: temperature 0.7, top-p 0.9 alone, with 0007's
-``VLLM_OVL_TOPP_NUCLEUS=1``.
+``VLLM_OVL_TOPP_NUCLEUS=1``; ``--sampling penalties``: temperature 0.7 with repetition 1.05, presence 0.3 and frequency
+0.2 penalties, with 0008's ``VLLM_OVL_SPARSE_PENALTIES=1`` (the function timed is then ``apply_all_penalties`` on rows
+with a 512-token prompt and a 256-token output).
 
 The model is the bundled tiny random llama (overlay.check.models ``llama-random``: 2 layers, hidden 64) widened to a
 vocabulary of ``--vocab`` rows (default 151936, Qwen's; the added embedding and output rows random, the tokenizer
@@ -49,8 +51,12 @@ from overlay.check.stats import ratio_ci, speed_verdict
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "vllm" / "probes" / "sampler_bench.py"
-# what each sampling mode's patch is switched by: 0006 (top-k with top-p), 0007 (top-p alone)
-FLAGS = {"top-k-top-p": {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}, "top-p": {"VLLM_OVL_TOPP_NUCLEUS": "1"}}
+# what each sampling mode's patch is switched by: 0006 (top-k with top-p), 0007 (top-p alone), 0008 (penalties)
+FLAGS = {
+    "top-k-top-p": {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"},
+    "top-p": {"VLLM_OVL_TOPP_NUCLEUS": "1"},
+    "penalties": {"VLLM_OVL_SPARSE_PENALTIES": "1"},
+}
 MARK = "@@sampler-bench "  # the probe's answer lines
 
 

@@ -7,13 +7,16 @@ Starts the check's engine (workers/vllm_worker.py ``_llm``: in this process, flo
 then answers one JSON command per stdin line with one JSON line on stdout (after MARK: other output may reach stdout):
 
 - ``{"task": "engine", "mode": M, "batch": B, "tokens": N, "seed": S}``: B seeded sampled requests (SAMPLED[M]:
-  "top-k-top-p" temperature 0.7, top-k 20, top-p 0.8; "top-p" temperature 0.7, top-p 0.9) of N tokens each after an
+  "top-k-top-p" temperature 0.7, top-k 20, top-p 0.8; "top-p" temperature 0.7, top-p 0.9; "penalties" temperature
+  0.7, repetition 1.05, presence 0.3, frequency 0.2) of N tokens each after an
   8-token prompt, decoded together by ``LLMEngine.step`` calls; the
   seconds from the end of the first step (the prefill, which samples the first token) to the end of the last, the
   number of decode steps, and the tokens.
 - ``{"task": "function", "mode": M, "batch": B, "vocab": V, "scale": X, "reps": R}``: ``apply_top_k_top_p_pytorch`` on
   B rows of V seeded normal logits times X at SAMPLED[M]'s top-k / top-p, R calls; the median seconds of one call and
-  the tokens kept per row (the nucleus, for top-p alone: the larger X, the fewer).
+  the tokens kept per row (the nucleus, for top-p alone: the larger X, the fewer); for "penalties",
+  ``apply_all_penalties`` on B rows with a 512-token prompt and a 256-token output each, and the logits it changed per
+  row.
 - ``{"task": "quit"}``.
 
 vLLM's logs go to stderr.
@@ -32,7 +35,14 @@ WORKERS = Path(__file__).resolve().parents[4] / "src" / "overlay" / "engines" / 
 SAMPLED: dict[str, dict[str, Any]] = {
     "top-k-top-p": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
     "top-p": {"temperature": 0.7, "top_p": 0.9},
+    "penalties": {
+        "temperature": 0.7,
+        "repetition_penalty": 1.05,
+        "presence_penalty": 0.3,
+        "frequency_penalty": 0.2,
+    },
 }
+PENALTY_PROMPT, PENALTY_OUTPUT = 512, 256  # the function's prompt and output tokens per row (penalties)
 MARK = "@@sampler-bench "
 
 
@@ -58,6 +68,9 @@ def engine_run(llm: Any, mode: str, batch: int, tokens: int, seed: int) -> dict[
 
 def function_run(mode: str, batch: int, vocab: int, scale: float, reps: int) -> dict[str, Any]:
     import torch
+
+    if mode == "penalties":
+        return penalties_run(batch, vocab, scale, reps)
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
 
     g = torch.Generator().manual_seed(vocab)
@@ -73,6 +86,30 @@ def function_run(mode: str, batch: int, vocab: int, scale: float, reps: int) -> 
         times.append(time.perf_counter() - t)
     kept = (out > -float("inf")).sum(dim=-1).tolist()
     return {"seconds": statistics.median(times), "kept": kept}
+
+
+def penalties_run(batch: int, vocab: int, scale: float, reps: int) -> dict[str, Any]:
+    """``apply_all_penalties`` on B rows: a prompt of PENALTY_PROMPT and an output of PENALTY_OUTPUT seeded tokens per
+    row, SAMPLED["penalties"]'s penalties; "kept" is the number of logits the penalties changed per row."""
+    import torch
+    from vllm.v1.sample.ops.penalties import apply_all_penalties
+
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(batch, vocab, generator=g) * scale
+    prompt = torch.randint(0, vocab, (batch, PENALTY_PROMPT), generator=g)
+    output = torch.randint(0, vocab, (batch, PENALTY_OUTPUT), generator=g).tolist()
+    params = SAMPLED["penalties"]
+    presence, frequency, repetition = (
+        torch.full((batch,), float(params[k]))
+        for k in ("presence_penalty", "frequency_penalty", "repetition_penalty")
+    )
+    times = []
+    for _ in range(reps):
+        x = logits.clone()
+        t = time.perf_counter()
+        out = apply_all_penalties(x, prompt, presence, frequency, repetition, output)
+        times.append(time.perf_counter() - t)
+    return {"seconds": statistics.median(times), "kept": (out != logits).sum(dim=-1).tolist()}
 
 
 def say(doc: dict[str, Any]) -> None:
