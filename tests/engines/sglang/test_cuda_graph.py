@@ -8,9 +8,11 @@ counted (aten ops, as the mechanism census counts them).
 
 from __future__ import annotations
 
+import pytest
 from sglang_support import UnitCases, assert_noop_and_exact
 
 
+@pytest.mark.long  # ~100 s of unit runs in both arms (stop 29: the default suite at 28 minutes on 2 cores)
 def test_graph_greedy_verify_epilogue(units: UnitCases) -> None:
     """0012 (SGLANG_OPT_GRAPH_GREEDY_VERIFY) with --speculative-adaptive: every target verify graph of the startup
     runner (3 steps) and of the adaptive runners (2 and 5 steps: other draft widths) is captured through
