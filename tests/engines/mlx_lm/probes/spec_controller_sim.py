@@ -3,7 +3,8 @@
 Payload: {"scenarios": [{"id", "k_max", "tokens", "serial": seconds per serial token, "draft": seconds per draft
 step, "verify": [v0, v1] (verify of k drafts: v0 + v1 k), "alpha": [[from_token, acceptance], ...] (per drafted
 position, changes at the given tokens), "noise": multiplicative noise of measured times (only ever adds time),
-"seed"}]}.
+"spikes": {cycle number: factor} (optional: those cycles, counted from 0, take factor times as long, true cost
+included, as when other load stalls the machine for one cycle), "seed"}]}.
 Result: {"scenarios": {id: {"speedup": serial time / adaptive time (true costs), "best_fixed": the best fixed-k
 speedup under the same acceptance, "serial_share": tokens from serial steps / tokens, "cycles", "k_cycles",
 "per_phase": [speedup of each alpha phase]}}}. Deterministic (seeded); no model runs, no timing of this machine.
@@ -39,6 +40,7 @@ def simulate(sc: dict[str, Any]) -> dict[str, Any]:
     v0, v1 = sc["verify"]
     n = sc["tokens"]
     phases = sc["alpha"]
+    spikes = {int(c): float(f) for c, f in sc.get("spikes", {}).items()}
     emitted, spent, serial_tokens, cycles = 0, 0.0, 0, 0
     k_cycles: dict[int, int] = {}
     phase_time: dict[int, float] = {}
@@ -66,7 +68,7 @@ def simulate(sc: dict[str, Any]) -> dict[str, Any]:
         accepted = 0
         while accepted < k and rng.random() < alpha:
             accepted += 1
-        t = k * c_d + v0 + v1 * k
+        t = (k * c_d + v0 + v1 * k) * spikes.get(cycles, 1.0)
         timed = ctrl.timing_cycle()
         ctrl.record_cycle(k, accepted, measured(t), measured(k * c_d) if timed else None)
         account(emitted, t, accepted + 1)
