@@ -38,9 +38,11 @@ def main() -> None:
                 events.append(["serial", n])
             return n
 
-        def record_cycle(self, k: int, accepted: int, seconds: float, draft_seconds: Any = None) -> None:
+        def record_cycle(
+            self, k: int, accepted: int, seconds: float, draft_seconds: Any = None, **kw: Any
+        ) -> None:
             events.append(["cycle", k, accepted, seconds])
-            super().record_cycle(k, accepted, seconds, draft_seconds)
+            super().record_cycle(k, accepted, seconds, draft_seconds, **kw)
 
     class Never(gen.SpeculativeController):  # type: ignore[misc, name-defined]
         def serial_tokens(self, remaining: Any = None) -> int:

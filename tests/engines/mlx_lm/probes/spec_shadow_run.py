@@ -51,11 +51,11 @@ def main() -> None:
             return n
 
         def record_cycle(
-            self, k: int, accepted: int, seconds: float, draft_seconds: float | None = None
+            self, k: int, accepted: int, seconds: float, draft_seconds: float | None = None, **kw: Any
         ) -> None:
             if first_cycle[0] is None:
                 first_cycle[0] = serial[0]
-            super().record_cycle(k, accepted, seconds, draft_seconds)
+            super().record_cycle(k, accepted, seconds, draft_seconds, **kw)
 
     for name, folder in p["drafters"].items():
         draft = load(folder)[0]
