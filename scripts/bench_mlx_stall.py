@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from overlay.check import models as tinymodels
 from overlay.check.envs import arms_for
-from overlay.check.stats import ratio_ci, speed_verdict
+from overlay.check.stats import fmt_ratio, ratio_ci, speed_verdict
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "spec_stall.py"
@@ -103,12 +103,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _ci(r: dict[str, Any]) -> str:
-    if r["ci_low"] is None:
-        return f"{r['ratio']:.2f}x"
-    return f"{r['ratio']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--reps", type=int, default=3)
@@ -129,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---|")
     for row in report["cases"]:
         for a, v in row["arms"].items():
-            tail = f"{_ci(row['ratio'])} ({row['verdict']})" if a == "series" else ""
+            tail = f"{fmt_ratio(row['ratio'], 2, 'x')} ({row['verdict']})" if a == "series" else ""
             print(
                 f"| {row['case']} | {a} | {v['serial_share']:.2f} | {v['cycles']:g} | {v['stalls']:g} | "
                 f"{v['tok_s']:.1f} | {tail} |"

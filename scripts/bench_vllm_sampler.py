@@ -33,7 +33,6 @@ build/reports/vllm-sampler-bench-SAMPLING.json).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -47,7 +46,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from overlay.check import models as tinymodels
 from overlay.check.envs import Arm, arms_for
-from overlay.check.stats import ratio_ci, speed_verdict
+from overlay.check.stats import fmt_ratio, ratio_ci, speed_verdict
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "vllm" / "probes" / "sampler_bench.py"
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = wide_model(args.vocab, args.head_scale)
     arms = arms_for(REPO, "vllm")
     flag = FLAGS[args.sampling]
-    patched = dataclasses.replace(arms.patched, env={**arms.patched.env, **flag})
+    patched = arms.patched.with_env(flag)
     engines = {"stock": Engine(arms.stock, model), "patched": Engine(patched, model)}
     batches = [int(b) for b in args.batches.split(",")]
     scales = [float(x) for x in args.scales.split(",")]
@@ -209,12 +208,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _ci(r: dict[str, Any]) -> str:
-    if r["ci_low"] is None:
-        return f"{r['ratio']:.2f}x"
-    return f"{r['ratio']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--reps", type=int, default=8)
@@ -243,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---|---:|")
     for r in report["engine"]:
         print(
-            f"| {r['batch']} | {r['stock_tok_s']:.1f} | {r['patched_tok_s']:.1f} | {_ci(r['decode_ratio'])} "
+            f"| {r['batch']} | {r['stock_tok_s']:.1f} | {r['patched_tok_s']:.1f} | {fmt_ratio(r['decode_ratio'], 2, 'x')} "
             f"({r['decode_verdict']}) | {r['step_ms_saved']:.2f} |"
         )
     print("| batch | logits scale | tokens kept per row | sampler ms, stock -> patched | speedup [95 %] |")
@@ -251,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in report["function"]:
         print(
             f"| {f['batch']} | {f['scale']:g} | {f['kept_per_row']} | {f['ms']['stock']:.2f} -> "
-            f"{f['ms']['patched']:.2f} | {_ci(f['speedup'])} |"
+            f"{f['ms']['patched']:.2f} | {fmt_ratio(f['speedup'], 2, 'x')} |"
         )
     print(f"report: {out}")
     return 0 if report["identical_tokens"] else 1

@@ -8,7 +8,6 @@ rather than as "unchanged".
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,7 +29,7 @@ def arms() -> Arms:
 
 
 def census(arm: Arm, scenario: str, env: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
+    run_arm = arm.with_env(env)
     request = cast(CensusRequest, {"task": "census", "model": "", "scenario": scenario, "steps": 3, **extra})
     return get_adapter("exllamav3").run(run_arm, request)
 

@@ -3,7 +3,6 @@ workers/sglang_census_hook.py) on the CPU engine path, stock arm: real engine, t
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ def model() -> Path:
 
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
+    run_arm = arm.with_env(env)
     return get_adapter("sglang").run(
         run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
     )

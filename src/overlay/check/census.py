@@ -16,7 +16,6 @@ A scenario the engine cannot run here, a metric its census does not count, or a 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,7 +93,7 @@ class Census:
             ]
         )
         if key not in self._cache:
-            run_arm = dataclasses.replace(arm, env={**arm.env, **env}) if env else arm
+            run_arm = arm.with_env(env)
             request = cast(
                 CensusRequest,
                 {

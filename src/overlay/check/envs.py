@@ -19,7 +19,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,10 @@ class Arm:
     @property
     def site_packages(self) -> Path:
         return _site_packages(self.venv)
+
+    def with_env(self, env: Mapping[str, str] | None) -> Arm:
+        """This arm with ``env`` set on top of its own environment (itself when ``env`` is empty)."""
+        return replace(self, env={**self.env, **env}) if env else self
 
     def run(
         self,

@@ -172,7 +172,7 @@ def run_check(
     stock = arm_env(root, manifest, stock_wheel, name="stock", reporter=reporter)
     plain = arm_env(root, manifest, patched_path, name="patched", reporter=reporter)
     # the census sets each patch's own flags on the plain arm (its flag-off baseline must stay off)
-    patched = dataclasses.replace(plain, env={**plain.env, **flags.env})
+    patched = plain.with_env(flags.env)
     stock_b = dataclasses.replace(stock, name="stock-b")
     # the CLI options the comparison tasks take, asked of the patched arm
     reach = getattr(adapter, "option_reach", None)

@@ -275,16 +275,17 @@ def homogeneity(a: Sequence[int], b: Sequence[int], *, min_expected: float = 5.0
     return {"chi2": chi2, "df": int(df), "p": chi2_sf(chi2, df), "categories": len(cats), "n": int(na + nb)}
 
 
-def fmt_ratio(r: dict[str, Any] | None) -> str:
-    """``1.234 [1.100, 1.380]`` (or ``[no interval]`` from one repetition)."""
+def fmt_ratio(r: dict[str, Any] | None, digits: int = 3, unit: str = "") -> str:
+    """``1.234 [1.100, 1.380]`` (or ``[no interval]`` from one repetition); ``digits`` decimals, ``unit`` after the
+    ratio (``fmt_ratio(r, 2, "x")``: ``1.23x [1.10, 1.38]``)."""
     if not r:
         return "-"
     ci = (
-        f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        f"[{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]"
         if isinstance(r.get("ci_low"), (int, float)) and isinstance(r.get("ci_high"), (int, float))
         else "[no interval]"
     )
-    return f"{r['ratio']:.3f} {ci}"
+    return f"{r['ratio']:.{digits}f}{unit} {ci}"
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

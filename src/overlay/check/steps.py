@@ -3,7 +3,6 @@ per-patch attribution over the cumulative prefixes."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -205,7 +204,7 @@ def per_patch(
         if wheel_log is not None:
             wheel_log.append(built.record(f"upto-{i}"))
         arm = arm_env(root, manifest, built.wheel, name=f"upto-{i}", reporter=reporter)
-        arms.append(dataclasses.replace(arm, env={**arm.env, **flag_env}) if flag_env else arm)
+        arms.append(arm.with_env(flag_env))
     tasks = adapter.tasks()
     greedy: dict[str, dict[str, Any]] = {}
     logits_files: dict[str, list[str]] = {}

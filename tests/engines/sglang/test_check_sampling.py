@@ -3,7 +3,6 @@ token frequencies at fixed positions, stock vs patched with the sampler flags on
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -35,7 +34,7 @@ def test_cli_options_are_refused_before_any_engine_starts() -> None:
 def test_sampled_tokens_are_distributed_as_stock_s(arms: Arms, repo_root: Path) -> None:
     model = build("llama-random", root=repo_root)
     prompts = [[1, *range(40, 50)], [1, 300, 301, 302, 303, 304]]
-    patched = dataclasses.replace(arms.patched, env={**arms.patched.env, **FLAGS})
+    patched = arms.patched.with_env(FLAGS)
     seeds = list(range(1, 61))
     out = {
         arm.name: sampling.sample("sglang", arm, model, prompts, temperature=0.7, seeds=seeds, positions=4)

@@ -3,7 +3,6 @@ of the CPU build, on the tiny random llama (long: each scenario is one engine st
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ def stock() -> Arm:
 
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    run_arm = dataclasses.replace(arm, env={**arm.env, **(env or {})})
+    run_arm = arm.with_env(env)
     return get_adapter("vllm").run(
         run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": STEPS}
     )

@@ -14,7 +14,6 @@ Every cold start is a first launch: the census gives each its own empty ``VLLM_C
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ class ColdStarts:
         self._runs: dict[str, dict[str, Any]] = {}
 
     def _run(self, arm: Arm, env: dict[str, str]) -> dict[str, Any]:
-        run_arm = dataclasses.replace(arm, env={**arm.env, **env})
+        run_arm = arm.with_env(env)
         return get_adapter("vllm").run(
             run_arm,
             {"task": "census", "model": str(self.model), "scenario": "cold-start", "steps": 1},

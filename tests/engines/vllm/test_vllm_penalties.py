@@ -18,7 +18,6 @@ are allocated, and the flag is never read: the census gives every metric None).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -83,15 +82,11 @@ print(json.dumps(out))
 """
 
 
-def with_env(arm: Arm, env: dict[str, str]) -> Arm:
-    return dataclasses.replace(arm, env={**arm.env, **env})
-
-
 @pytest.fixture(scope="module")
 def function(arms: Arms) -> dict[str, list[dict[str, Any]]]:
     return {
         "stock": arms.stock.run_code_json(FUNCTION),
-        "flag": with_env(arms.patched, FLAG).run_code_json(FUNCTION),
+        "flag": arms.patched.with_env(FLAG).run_code_json(FUNCTION),
         "off": arms.patched.run_code_json(FUNCTION),
     }
 
@@ -119,7 +114,7 @@ def census(arm: Arm, model: Path) -> dict[str, Any]:
 def penalized(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
     return {
         "stock": census(arms.stock, model),
-        "flag": census(with_env(arms.patched, FLAG), model),
+        "flag": census(arms.patched.with_env(FLAG), model),
         "off": census(arms.patched, model),
     }
 

@@ -24,7 +24,6 @@ never read: the census gives every metric None, and the vocabulary is sorted).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -89,18 +88,14 @@ print(json.dumps(out))
 """
 
 
-def with_env(arm: Arm, env: dict[str, str]) -> Arm:
-    return dataclasses.replace(arm, env={**arm.env, **env})
-
-
 @pytest.fixture(scope="module")
 def function(arms: Arms) -> dict[str, list[dict[str, Any]]]:
     return {
         "stock": arms.stock.run_code_json(FUNCTION, "top-k"),
-        "flag": with_env(arms.patched, FLAG).run_code_json(FUNCTION, "top-k"),
+        "flag": arms.patched.with_env(FLAG).run_code_json(FUNCTION, "top-k"),
         "off": arms.patched.run_code_json(FUNCTION, "top-k"),
         "stock top-p": arms.stock.run_code_json(FUNCTION, "top-p"),
-        "nucleus": with_env(arms.patched, NUCLEUS).run_code_json(FUNCTION, "top-p"),
+        "nucleus": arms.patched.with_env(NUCLEUS).run_code_json(FUNCTION, "top-p"),
         "off top-p": arms.patched.run_code_json(FUNCTION, "top-p"),
     }
 
@@ -164,10 +159,10 @@ def census(arm: Arm, model: Path, scenario: str = "decode-step-sampled") -> dict
 def sampled(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
     return {
         "stock": census(arms.stock, model),
-        "flag": census(with_env(arms.patched, FLAG), model),
+        "flag": census(arms.patched.with_env(FLAG), model),
         "off": census(arms.patched, model),
         "stock top-p": census(arms.stock, model, "decode-step-top-p"),
-        "nucleus": census(with_env(arms.patched, NUCLEUS), model, "decode-step-top-p"),
+        "nucleus": census(arms.patched.with_env(NUCLEUS), model, "decode-step-top-p"),
     }
 
 
