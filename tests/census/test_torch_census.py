@@ -159,10 +159,8 @@ def test_peak_memory_counts_live_allocations(cases: dict[str, Any]) -> None:
 def test_alloc_bytes_sum_the_allocations_freed_or_not(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "allocation")["alloc-bytes"] == 2048.0  # the two 1 KiB tensors
     freed = _metrics(cases, "allocations_freed")
-    assert (freed["alloc-bytes"], freed["peak-memory"]) == (
-        3072.0,
-        1024.0,
-    )  # three in turn, one alive at a time
+    # three in turn, one alive at a time
+    assert (freed["alloc-bytes"], freed["peak-memory"]) == (3072.0, 1024.0)
     assert _sites(cases, "allocations_freed", "alloc-bytes") == [[cases["allocations_freed"]["line"], 3072]]
     assert _metrics(cases, "view")["alloc-bytes"] == 0.0
 

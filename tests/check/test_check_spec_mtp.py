@@ -126,9 +126,8 @@ def test_adapter_builds_the_nextn_checkpoint_as_the_mtp_draft(root: Path) -> Non
 @pytest.fixture
 def worker(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.syspath_prepend(str(REPO / "support" / "testbackends" / "sglang"))
-    monkeypatch.syspath_prepend(
-        str(WORKERS)
-    )  # census_sites, beside the worker (its script folder when it runs)
+    # census_sites sits beside the worker (in its script folder when it runs)
+    monkeypatch.syspath_prepend(str(WORKERS))
     spec = importlib.util.spec_from_file_location("overlay_test_sglang_worker", WORKERS / "sglang_worker.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
