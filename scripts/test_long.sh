@@ -7,7 +7,8 @@
 # (tests/engines/sglang/test_engine.py) and all-reduce reference, ExLlamaV3's Q8 ring and static-table ring runs, the
 # mechanism-gate self-test; since stop 28 the trained qwen3_5-mtp build (tests/tinymodels, 115 s) and ExLlamaV3's
 # SharedKVAttention ring run (45 s), which took the default suite to 26 minutes; since stop 29 SGLang's 0012 graph
-# epilogue run (tests/engines/sglang/test_cuda_graph.py, ~100 s). Same setup as scripts/test.sh.
+# epilogue run (tests/engines/sglang/test_cuda_graph.py, ~100 s) and mlx-lm 0029's real-model stall run
+# (tests/engines/mlx_lm/test_spec_stall.py). Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"
