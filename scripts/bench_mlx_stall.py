@@ -30,13 +30,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from bench_mlx import CATEGORIES  # the bench's prompts (this script's folder is on sys.path)
+
 from overlay.check import models as tinymodels
 from overlay.check.envs import arms_for
 from overlay.check.stats import fmt_ratio, ratio_ci, speed_verdict
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "spec_stall.py"
-CATEGORIES = ("code", "prose", "json", "repetitive")  # scripts/bench_mlx.py's prompts
 BEFORE = 28  # the series up to 0028: the controller before 0029
 
 

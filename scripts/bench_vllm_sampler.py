@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---|---:|")
     for r in report["engine"]:
         print(
-            f"| {r['batch']} | {r['stock_tok_s']:.1f} | {r['patched_tok_s']:.1f} | {fmt_ratio(r['decode_ratio'], 2, 'x')} "
-            f"({r['decode_verdict']}) | {r['step_ms_saved']:.2f} |"
+            f"| {r['batch']} | {r['stock_tok_s']:.1f} | {r['patched_tok_s']:.1f} | "
+            f"{fmt_ratio(r['decode_ratio'], 2, 'x')} ({r['decode_verdict']}) | {r['step_ms_saved']:.2f} |"
         )
     print("| batch | logits scale | tokens kept per row | sampler ms, stock -> patched | speedup [95 %] |")
     print("|---:|---:|---|---|---|")

@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "src" / "overlay" / "engines" / "workers"))
 pytestmark = pytest.mark.long
 
 import vllm_census  # noqa: E402  (the worker's module: its prompts)
+import vllm_support  # noqa: E402
 
 STEPS = 3
 
@@ -28,10 +29,7 @@ def stock() -> Arm:
 
 
 def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    run_arm = arm.with_env(env)
-    return get_adapter("vllm").run(
-        run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": STEPS}
-    )
+    return vllm_support.census(arm, model, scenario, env=env, steps=STEPS)
 
 
 def greedy(arm: Arm, model: Path, prompts: list[list[int]], n: int, out: Path) -> list[list[int]]:

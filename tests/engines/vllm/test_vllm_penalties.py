@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_support
 
 from overlay.check.envs import Arm, Arms
-from overlay.engines import get_adapter
 
 pytestmark = pytest.mark.long
 FLAG = {"VLLM_OVL_SPARSE_PENALTIES": "1"}
@@ -105,9 +105,7 @@ def test_without_the_flag_the_penalties_are_stocks(function: dict[str, list[dict
 
 
 def census(arm: Arm, model: Path) -> dict[str, Any]:
-    request = {"task": "census", "model": str(model), "scenario": "decode-step-penalties", "steps": STEPS}
-    result: dict[str, Any] = get_adapter("vllm").run(arm, request)  # type: ignore[arg-type]
-    return result
+    return vllm_support.census(arm, model, "decode-step-penalties", steps=STEPS)
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_support
 
 from overlay.check.envs import Arm, Arms
-from overlay.engines import get_adapter
 
 pytestmark = pytest.mark.long
 FLAG = {"VLLM_OVL_TOPK_TOPP_PRESELECT": "1"}
@@ -150,9 +150,7 @@ def test_without_the_flags_the_sampler_is_stocks(function: dict[str, list[dict[s
 
 
 def census(arm: Arm, model: Path, scenario: str = "decode-step-sampled") -> dict[str, Any]:
-    request = {"task": "census", "model": str(model), "scenario": scenario, "steps": STEPS}
-    result: dict[str, Any] = get_adapter("vllm").run(arm, request)  # type: ignore[arg-type]
-    return result
+    return vllm_support.census(arm, model, scenario, steps=STEPS)
 
 
 @pytest.fixture(scope="module")

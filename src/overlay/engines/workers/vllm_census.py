@@ -14,9 +14,9 @@ Result shape (every scenario, "cold-start" included, returns this; vllm_worker.p
      "standin": str | None}                # test infrastructure in the path (None: the real engine only)
 
 METRIC is every name of torch_census METRICS (host-syncs, h2d-copies, pageable-copies, eager-launches,
-graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements, alloc-bytes). "cold-start" is
-dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape. "decode-step-sampled" and
-"decode-step-top-p" and "decode-step-penalties" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED:
+graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements, alloc-bytes).
+"cold-start" is dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape.
+"decode-step-sampled", "decode-step-top-p" and "decode-step-penalties" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED:
 top-k with top-p, top-p alone, temperature with the three penalties), which take the sampler's top-k / top-p or
 penalties path.
 
@@ -54,7 +54,7 @@ SCENARIOS = (
     "cold-start",
 )
 # a scenario that counts the steps of another kind with other requests: decode-step's workload with seeded sampled
-# requests (SAMPLED), which take the sampler's top-k / top-p path
+# requests (SAMPLED), which take the sampler's top-k / top-p or penalties path
 STEP_KIND = {
     "decode-step-sampled": "decode-step",
     "decode-step-top-p": "decode-step",
@@ -365,9 +365,7 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
     metrics = dict(report["metrics"])
     what = {
         "decode-step": f"plain decode, batch {BATCH}",
-        "decode-step-sampled": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
-        "decode-step-top-p": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
-        "decode-step-penalties": f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[scenario]}",
+        **{s: f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[s]}" for s in SAMPLED},
         "prefill-chunk": f"one request, chunked prefill of {CHUNK} tokens per step",
         "spec-verify-step": f"n-gram speculative (k={SPEC_K}, lookup 2-5), batch {BATCH}, "
         f"draft tokens per counted step: {run['drafts']}",
