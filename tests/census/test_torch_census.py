@@ -92,6 +92,14 @@ def test_views_are_not_launches_and_ops_are(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "tensor_host")["eager-launches"] == 0.0  # host work is not a device launch
 
 
+def test_random_elements_count_the_numbers_drawn(cases: dict[str, Any]) -> None:
+    for name, drawn in (("random_in_place", 6), ("random_factory", 6), ("random_generator", 4)):
+        assert _metrics(cases, name)["random-elements"] == float(drawn), name
+        assert _sites(cases, name, "random-elements") == [[cases[name]["line"], drawn]], name
+    assert _metrics(cases, "sort")["random-elements"] == 0.0
+    assert _metrics(cases, "allocation")["random-elements"] == 0.0  # an empty tensor draws nothing
+
+
 def test_sort_elements_count_the_elements_of_full_sorts(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "sort")["sort-elements"] == 6.0  # the case's tensor x: 6 elements
     assert _sites(cases, "sort", "sort-elements") == [[cases["sort"]["line"], 6]]

@@ -50,6 +50,9 @@ METRICS: tuple[str, ...] = (
     # device bytes allocated by a step's ops, summed (freed or not): its temporaries, which peak-memory sees only when
     # one of them sets the step's peak
     "alloc-bytes",
+    # random numbers drawn through torch's generators by a step's device ops (the elements the random-sampling ops
+    # write): a sampler that draws noise over the whole vocabulary for a token it could draw from a few candidates
+    "random-elements",
 )
 DIRECTIONS: tuple[str, ...] = ("decreases", "increases", "unchanged", "becomes-true")
 # `capturable` is a property, not a count: it only becomes true or stays as it was
@@ -80,6 +83,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "frequency penalties)",
         "prefill-chunk": "one engine step prefilling one chunk of a prompt (chunked prefill, max_num_batched_tokens)",
         "spec-verify-step": "one n-gram speculative engine step: verify the drafts, reject-sample, propose the next",
+        "spec-verify-step-sampled": "spec-verify-step with seeded sampled requests (temperature, top-k and top-p): "
+        "the rejection sampler's random path",
         "cold-start": "engine launch to the first token in vLLM's default process layout",
     },
 }

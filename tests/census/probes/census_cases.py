@@ -232,6 +232,20 @@ def c_allocations_freed(c: Census, x: torch.Tensor) -> Any:
     x.add_(1)  # in place: no allocation
 
 
+def c_random_in_place(c: Census, x: torch.Tensor) -> Any:
+    y = torch.empty_like(x)
+    y.exponential_()  # here
+
+
+def c_random_factory(c: Census, x: torch.Tensor) -> Any:
+    torch.rand_like(x)  # here
+
+
+def c_random_generator(c: Census, x: torch.Tensor) -> Any:
+    g = torch.Generator().manual_seed(0)
+    torch.empty_like(x)[:4].uniform_(generator=g)  # here
+
+
 def c_cpu_is_device_upload(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)

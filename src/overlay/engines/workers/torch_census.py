@@ -59,6 +59,10 @@ Metrics (per step):
   where peak-memory sees it only if it sets the step's peak.
 - sort-elements: elements of the inputs of the full sorts (``aten.sort``, ``argsort`` goes through it) among the
   eager- and graph-launches above: a sort's work grows as n log n where a ``topk`` or a reduction reads n once.
+- random-elements: elements written by the random-sampling ops in ``RANDOM_OPS`` (``exponential_``, ``uniform_``,
+  ``rand``, ``randint``, ``multinomial``, ...) among the eager- and graph-launches above: the random numbers a step
+  draws through torch's generators. Noise an extension kernel derives inside C++ (vLLM's ``fused_gumbel_argmax``
+  hashes a seed per token) is not seen; only the seeds it is given are.
 
 Known blind spots (each is tested in tests/census/test_torch_census.py where a test can show it):
 - Only the thread that entered the Census is seen by the modes (torch mode stacks are per thread); the patched

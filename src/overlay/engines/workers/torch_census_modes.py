@@ -42,6 +42,32 @@ _DEVICE_FACTORIES = frozenset(
     {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
 )
 _FACTORIES_WITH_DATA = {"tensor", "as_tensor"}
+# the ops that draw from a torch generator (random-elements counts the elements they write)
+RANDOM_OPS = frozenset(
+    {
+        "exponential_",
+        "uniform_",
+        "normal_",
+        "bernoulli_",
+        "random_",
+        "cauchy_",
+        "log_normal_",
+        "geometric_",
+        "exponential",
+        "uniform",
+        "normal",
+        "bernoulli",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "multinomial",
+        "poisson",
+    }
+)
 
 
 def _device_target(census: Census, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
@@ -259,6 +285,8 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
             c.count("graph-launches" if c._capture_depth else "eager-launches", kind=f"aten.{name}")
             if name == "sort":
                 c.count("sort-elements", inputs[0].numel(), kind="aten.sort")
+            elif name in RANDOM_OPS:
+                c.count("random-elements", sum(t.numel() for t in outs), kind=f"aten.{name}")
         if (
             device_out
             and not c._tls.transfer_depth

@@ -29,6 +29,7 @@ METRICS = (
     "cache-hits",
     "sort-elements",
     "alloc-bytes",
+    "random-elements",
 )
 COUNTED = tuple(m for m in METRICS if m not in ("peak-memory", "capturable"))
 
