@@ -27,11 +27,16 @@ def test_the_vllm_scenarios_are_the_census_vocabulary() -> None:
         "decode-step-sampled",
         "decode-step-top-p",
         "decode-step-penalties",
+        "spec-verify-step-sampled",
         "cold-start",
     } <= set(scenarios("vllm"))
-    # the sampled scenarios count decode steps, with requests that take the sampler's top-k / top-p path
-    assert set(vllm_census.STEP_KIND.values()) == {"decode-step"}
-    assert set(vllm_census.SAMPLED) == set(vllm_census.STEP_KIND)
+    # the sampled scenarios count decode steps (or n-gram verify steps), with requests that take the sampler's top-k /
+    # top-p path (or the rejection sampler's random path)
+    kinds = dict(vllm_census.STEP_KIND)
+    assert kinds.pop("spec-verify-step-sampled") == "spec-verify-step"
+    assert set(kinds.values()) == {"decode-step"}
+    assert set(vllm_census.SAMPLED) == set(vllm_census.STEP_KIND) | {"spec-verify-step-sampled"}
+    assert vllm_census.SAMPLED["spec-verify-step-sampled"] == vllm_census.SAMPLED["decode-step-sampled"]
     assert set(vllm_census.SAMPLED["decode-step-sampled"]) == {"top_k", "top_p", "temperature"}
     assert set(vllm_census.SAMPLED["decode-step-top-p"]) == {"top_p", "temperature"}  # top-p alone
     # the penalties path without top-k / top-p (whose sort would set the step's peak memory)

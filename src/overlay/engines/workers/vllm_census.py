@@ -14,11 +14,13 @@ Result shape (every scenario, "cold-start" included, returns this; vllm_worker.p
      "standin": str | None}                # test infrastructure in the path (None: the real engine only)
 
 METRIC is every name of torch_census METRICS (host-syncs, h2d-copies, pageable-copies, eager-launches,
-graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements, alloc-bytes).
+graph-launches, collectives, bytes-moved, peak-memory, capturable, cache-hits, sort-elements, alloc-bytes,
+random-elements).
 "cold-start" is dispatched to vllm_cold.py ``census(req)`` (another module), which returns the same shape.
-"decode-step-sampled", "decode-step-top-p" and "decode-step-penalties" count decode steps (STEP_KIND) of seeded sampled requests (SAMPLED:
-top-k with top-p, top-p alone, temperature with the three penalties), which take the sampler's top-k / top-p or
-penalties path.
+"decode-step-sampled", "decode-step-top-p" and "decode-step-penalties" count decode steps (STEP_KIND) of seeded
+sampled requests (SAMPLED: top-k with top-p, top-p alone, temperature with the three penalties), which take the
+sampler's top-k / top-p or penalties path; "spec-verify-step-sampled" counts spec-verify-step's steps with
+decode-step-sampled's requests (the rejection sampler's random path).
 
 How (docs/engines/vllm.md, "Mechanism census"): the engine is vllm_worker's ``_llm`` (in this process, uni executor,
 float32, eager) with the scenario's settings; one census step is one ``LLMEngine.step()`` (schedule, execute_model,
@@ -51,6 +53,7 @@ SCENARIOS = (
     "decode-step-penalties",
     "prefill-chunk",
     "spec-verify-step",
+    "spec-verify-step-sampled",
     "cold-start",
 )
 # a scenario that counts the steps of another kind with other requests: decode-step's workload with seeded sampled
@@ -59,6 +62,7 @@ STEP_KIND = {
     "decode-step-sampled": "decode-step",
     "decode-step-top-p": "decode-step",
     "decode-step-penalties": "decode-step",
+    "spec-verify-step-sampled": "spec-verify-step",
 }
 SAMPLED: dict[str, dict[str, float]] = {
     "decode-step-sampled": {
@@ -74,6 +78,8 @@ SAMPLED: dict[str, dict[str, float]] = {
         "presence_penalty": 0.3,
         "frequency_penalty": 0.2,
     },
+    # spec-verify-step's n-gram speculation with decode-step-sampled's requests: the rejection sampler's random path
+    "spec-verify-step-sampled": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
 }
 WARMUP = 1  # the first step of a kind (buffers, first-use caches) is left out of the means
 BATCH = 4  # requests decoded together in decode-step and spec-verify-step
@@ -175,7 +181,7 @@ def _engine(model: str, scenario: str) -> Any:
     extra: dict[str, Any] = {"max_num_seqs": 2 * BATCH}
     if scenario == "prefill-chunk":
         extra |= {"max_num_batched_tokens": CHUNK, "enable_chunked_prefill": True}
-    if scenario == "spec-verify-step":
+    if STEP_KIND.get(scenario, scenario) == "spec-verify-step":
         # the spec task's n-gram proposer (prompt lookup 2-5), without its counters: the census counts a step as is
         extra["speculative_config"] = vllm_worker.speculative_config(vllm_worker.NGRAM, SPEC_K)
     return vllm_worker._llm(model, engine_args=extra)
@@ -186,7 +192,7 @@ def _workload(scenario: str, steps: int, model: str) -> tuple[list[list[int]], i
     if scenario == "prefill-chunk":
         # (WARMUP + steps) full chunks, then a shorter last one (which also samples the first token)
         return [[1 + (i * 37) % 500 for i in range((WARMUP + steps) * CHUNK + CHUNK // 2)]], 2
-    if scenario == "spec-verify-step":
+    if STEP_KIND.get(scenario, scenario) == "spec-verify-step":
         # repeated phrases: the n-gram proposer finds the last tokens earlier in the context and drafts from there
         from tokenizers import Tokenizer
 
@@ -363,13 +369,17 @@ def _run(llm: Any, model: str, scenario: str, steps: int, placement: str) -> dic
 def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> dict[str, Any]:
     report = run["report"]
     metrics = dict(report["metrics"])
-    what = {
+    described = {
         "decode-step": f"plain decode, batch {BATCH}",
         **{s: f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[s]}" for s in SAMPLED},
         "prefill-chunk": f"one request, chunked prefill of {CHUNK} tokens per step",
         "spec-verify-step": f"n-gram speculative (k={SPEC_K}, lookup 2-5), batch {BATCH}, "
         f"draft tokens per counted step: {run['drafts']}",
-    }[scenario]
+    }
+    described["spec-verify-step-sampled"] = (
+        described["spec-verify-step"] + f", seeded sampled requests {SAMPLED['spec-verify-step-sampled']}"
+    )
+    what = described[scenario]
     notes = [
         what,
         (
