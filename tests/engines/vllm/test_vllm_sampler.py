@@ -149,6 +149,21 @@ def test_without_the_flags_the_sampler_is_stocks(function: dict[str, list[dict[s
     assert function["off top-p"] == function["stock top-p"]
 
 
+# a batch of no rows: the rejection sampler's target positions in a speculative step where no request drafted
+EMPTY = r"""
+import json, torch
+from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+k, p = torch.empty(0, dtype=torch.int32), torch.empty(0)
+print(json.dumps(list(apply_top_k_top_p_pytorch(torch.empty(0, 64), k, p, allow_cpu_sync=True).shape)))
+"""
+
+
+def test_a_batch_of_no_rows_comes_back_as_it_is(arms: Arms) -> None:
+    assert arms.stock.run_code_json(EMPTY) == [0, 64]
+    assert arms.patched.with_env(FLAG).run_code_json(EMPTY) == [0, 64]  # the first cut failed in k.max()
+
+
 def census(arm: Arm, model: Path, scenario: str = "decode-step-sampled") -> dict[str, Any]:
     return vllm_support.census(arm, model, scenario, steps=STEPS)
 
