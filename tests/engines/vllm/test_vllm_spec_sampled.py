@@ -108,10 +108,11 @@ def gof(tokens: list[int], probs: list[float]) -> float:
     counts = [0] * len(probs)
     for t in tokens:
         counts[t] += 1
-    cells, rest_o, rest_e = [], 0.0, 0.0
+    cells: list[tuple[float, float]] = []
+    rest_o = rest_e = 0.0
     for o, p in zip(counts, probs):
         if n * p >= 5:
-            cells.append((o, n * p))
+            cells.append((float(o), n * p))
         else:
             rest_o, rest_e = rest_o + o, rest_e + n * p
     if rest_e > 0 or rest_o > 0:

@@ -68,9 +68,9 @@ def engine_run(llm: Any, mode: str, batch: int, tokens: int, seed: int) -> dict[
     decode = (
         stamps[-1] - stamps[0]
     )  # after the prefill step (which samples the first token) to the last token
-    tokens = [out[k] for k in sorted(out)]
-    decoded = sum(len(t) - 1 for t in tokens)  # the first token of each comes from the prefill step
-    return {"seconds": decode, "decode_steps": len(stamps) - 1, "decoded": decoded, "tokens": tokens}
+    outputs = [out[k] for k in sorted(out)]
+    decoded = sum(len(t) - 1 for t in outputs)  # the first token of each comes from the prefill step
+    return {"seconds": decode, "decode_steps": len(stamps) - 1, "decoded": decoded, "tokens": outputs}
 
 
 def function_run(mode: str, batch: int, vocab: int, scale: float, reps: int) -> dict[str, Any]:
