@@ -7,7 +7,9 @@ an exact patch also samples the same tokens seed for seed (reported as ``identic
 Samplers (workers/, run in each arm): mlx-lm reseeds mlx's generator before each run (sample_mlx_lm.py); SGLang's CPU
 engine path serves all runs as one batch of one engine seeded with the first seed (sample_sglang.py: per-request
 seeds need SGLang's deterministic inference, which its CPU attention backend refuses), so its runs are independent
-draws and match across arms only while both engines schedule the same batches."""
+draws and match across arms only while both engines schedule the same batches; vLLM's CPU build runs every (prompt,
+seed) as a request with its own seed, all in one batch of one engine (sample_vllm.py), so its runs match stock seed for
+seed under an exact patch."""
 
 from __future__ import annotations
 
@@ -18,8 +20,12 @@ from overlay.check import stats
 from overlay.check.envs import Arm
 
 WORKERS = Path(__file__).parent / "workers"
-SAMPLERS = {"mlx-lm": WORKERS / "sample_mlx_lm.py", "sglang": WORKERS / "sample_sglang.py"}
-SEEDED_PER_RUN = {"mlx-lm": True, "sglang": False}
+SAMPLERS = {
+    "mlx-lm": WORKERS / "sample_mlx_lm.py",
+    "sglang": WORKERS / "sample_sglang.py",
+    "vllm": WORKERS / "sample_vllm.py",
+}
+SEEDED_PER_RUN = {"mlx-lm": True, "sglang": False, "vllm": True}
 """Whether the engine's sampler reseeds each run (then an exact patch matches stock seed for seed), or draws every run
 from one engine seeded once (runs match only while both arms schedule the same batches)."""
 ALPHA = 0.01

