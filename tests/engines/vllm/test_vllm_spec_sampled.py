@@ -92,12 +92,32 @@ torch.manual_seed(1)
 bonus = torch.multinomial(target[1], B, replacement=True).to(torch.int32).view(B, 1)
 out = rs.rejection_sample(draft.repeat(B), [K] * B, K, cu, None, logits, bonus, md)
 accepted = (out[:, :K] == draft.view(1, K)).int().cumprod(1).sum(1)
+
+# with draft probabilities (a proposer that keeps them): drafts drawn from q, so the first token is distributed as p
+q = torch.randn(K, V, generator=g).softmax(-1)
+drawn = torch.stack([torch.multinomial(q[j], B, replacement=True, generator=g) for j in range(K)], 1)
+torch.manual_seed(2)
+out_q = rs.rejection_sample(drawn.reshape(-1).to(torch.int32), [K] * B, K, cu, q.repeat(B, 1), logits, bonus, md)
+
+# a mixed batch: every other request greedy (temperature 0), the greedy kernel's rows
+M = 2000
+mixed_md = types.SimpleNamespace(
+    all_greedy=False, all_random=False, temperature=torch.tensor([0.0, 0.7]).repeat(M // 2), generators={},
+    top_k=torch.full((M,), 20, dtype=torch.int32), top_p=torch.full((M,), 0.8),
+)
+mixed_cu = cu[:M]
+mixed_logits = rs.apply_sampling_constraints(rows.repeat(M, 1), mixed_cu, mixed_md)
+torch.manual_seed(3)
+out_m = rs.rejection_sample(draft.repeat(M), [K] * M, K, mixed_cu, None, mixed_logits, bonus[:M], mixed_md)
 print(json.dumps({
     "first": out[:, 0].tolist(),
     "second_after_accept": out[accepted >= 1, 1].tolist(),
     "accepted": accepted.tolist(),
     "target": target.tolist(),
     "draft": draft.tolist(),
+    "first_with_q": out_q[:, 0].tolist(),
+    "mixed_greedy": out_m[0::2].tolist(),
+    "mixed_accepted": (out_m[1::2, :K] == draft.view(1, K)).int().cumprod(1).sum(1).tolist(),
 }))
 """
 
@@ -171,6 +191,18 @@ def model() -> Path:
     """llama-target, the check's target (trained with the stock mlx-lm arm): its sampled outputs repeat phrases, so the
     n-gram proposer keeps drafting at temperature 0.7; the random llama's do not (no counted step)."""
     return tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO))
+
+
+def test_draft_probabilities_and_greedy_requests(sampled: dict[str, dict[str, Any]]) -> None:
+    """With draft probabilities (drafts drawn from q) the output is distributed as the target with the flag too; in a
+    mixed batch the greedy requests keep the greedy kernel's tokens and the random ones stock's accept decisions."""
+    off, flag = sampled["off"], sampled["flag"]
+    p0 = off["target"][0]
+    for arm in (off, flag):
+        assert gof(arm["first_with_q"], p0) > ALPHA
+    assert flag["mixed_greedy"] == off["mixed_greedy"]
+    assert flag["mixed_accepted"] == off["mixed_accepted"]
+    assert 0 < sum(off["mixed_accepted"]) < 2 * len(off["mixed_accepted"])
 
 
 def census(arm: Arm, model: Path) -> dict[str, Any]:
