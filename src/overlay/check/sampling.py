@@ -36,7 +36,7 @@ def available(engine: str) -> bool:
     return engine in SAMPLERS
 
 
-def sample(
+def run_sampler(
     engine: str,
     arm: Arm,
     model: Path,
@@ -46,18 +46,29 @@ def sample(
     seeds: list[int],
     positions: int,
     options: dict[str, Any] | None = None,
-) -> list[list[list[int]]]:
+    **extra: Any,
+) -> dict[str, Any]:
+    """The engine's sampling worker's whole result (``tokens`` and the worker's own fields); ``extra``: fields of that
+    worker's request (sample_vllm.py: ``params``, ``speculative``)."""
     req: dict[str, Any] = {
         "model": str(model),
         "prompts": prompt_ids,
         "temperature": temperature,
         "seeds": seeds,
         "positions": positions,
+        **extra,
     }
     if options:
         req["options"] = options
-    res = arm.run_json(SAMPLERS[engine], req, timeout=1800)
-    tokens: list[list[list[int]]] = res["tokens"]
+    result: dict[str, Any] = arm.run_json(SAMPLERS[engine], req, timeout=1800)
+    return result
+
+
+def sample(
+    engine: str, arm: Arm, model: Path, prompt_ids: list[list[int]], **kwargs: Any
+) -> list[list[list[int]]]:
+    """The sampled tokens, [prompt][run] -> the first ``positions`` tokens (``run_sampler``'s keywords)."""
+    tokens: list[list[list[int]]] = run_sampler(engine, arm, model, prompt_ids, **kwargs)["tokens"]
     return tokens
 
 

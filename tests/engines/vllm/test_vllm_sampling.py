@@ -54,18 +54,10 @@ def prompts(model: Path) -> list[list[int]]:
 
 
 def run(arm: Arm, model: Path, prompts: list[list[int]], speculative: str | None = None) -> dict[str, Any]:
-    req: dict[str, Any] = {
-        "model": str(model),
-        "prompts": prompts,
-        "temperature": TEMPERATURE,
-        "seeds": SEEDS,
-        "positions": POSITIONS,
-        "params": PARAMS,
-    }
-    if speculative:
-        req["speculative"] = speculative
-    result: dict[str, Any] = arm.run_json(sampling.SAMPLERS["vllm"], req, timeout=1800)
-    return result
+    extra: dict[str, Any] = {"params": PARAMS} | ({"speculative": speculative} if speculative else {})
+    return sampling.run_sampler(
+        "vllm", arm, model, prompts, temperature=TEMPERATURE, seeds=SEEDS, positions=POSITIONS, **extra
+    )
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
