@@ -20,7 +20,6 @@ build/reports/mlx-stall-bench.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,8 @@ from bench_mlx import CATEGORIES  # the bench's prompts (this script's folder is
 from overlay.check import models as tinymodels
 from overlay.check.envs import arms_for
 from overlay.check.stats import fmt_ratio, ratio_ci, speed_verdict
-from overlay.fsutil import atomic_write_text
+from overlay.fsutil import atomic_write_json
+from overlay.paths import layout
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "spec_stall.py"
 BEFORE = 28  # the series up to 0028: the controller before 0029
@@ -112,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     report = run(args)
-    out = args.json or REPO / "build" / "reports" / "mlx-stall-bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(report, indent=2) + "\n")
+    out = args.json or layout(REPO).reports / "mlx-stall-bench.json"
+    atomic_write_json(out, report)
     print(
         f"{report['pair']}, {report['reps']} reps x 4 prompts x {report['tokens']} tokens, stall "
         f"{report['stall_seconds']} s in the first verify, load {report['load_average'][0]:.2f} -> "

@@ -52,7 +52,8 @@ sys.path.insert(0, str(REPO / "src"))
 from overlay.check import models as tinymodels
 from overlay.check.envs import Arm, arms_for
 from overlay.check.stats import fmt_ratio, ratio_ci, speed_verdict
-from overlay.fsutil import atomic_write_text
+from overlay.fsutil import atomic_write_json
+from overlay.paths import layout
 
 PROBE = REPO / "tests" / "engines" / "vllm" / "probes" / "sampler_bench.py"
 # what each sampling mode's patch is switched by: 0006 (top-k with top-p), 0007 (top-p alone), 0008 (penalties)
@@ -75,7 +76,7 @@ def wide_model(vocab: int, head_scale: float) -> Path:
     from safetensors.numpy import load_file, save_file
 
     base = tinymodels.build("llama-random", root=REPO)
-    out = REPO / "build" / "bench" / f"{base.name}-vocab{vocab}-head{head_scale:g}"
+    out = layout(REPO).build / "bench" / f"{base.name}-vocab{vocab}-head{head_scale:g}"
     if (out / "model.safetensors").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +93,7 @@ def wide_model(vocab: int, head_scale: float) -> Path:
         tensors[name] = np.concatenate([w, extra])
     tensors["lm_head.weight"] = tensors["lm_head.weight"] * np.float32(head_scale)
     save_file(tensors, str(out / "model.safetensors.tmp"))
-    atomic_write_text(out / "config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write_json(out / "config.json", config)
     os.replace(out / "model.safetensors.tmp", out / "model.safetensors")
     return out
 
@@ -243,9 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     report = run(args)
-    out = args.json or REPO / "build" / "reports" / f"vllm-sampler-bench-{args.sampling}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(report, indent=2) + "\n")
+    out = args.json or layout(REPO).reports / f"vllm-sampler-bench-{args.sampling}.json"
+    atomic_write_json(out, report)
     print(
         f"model {report['model']} (vocab {report['vocab']}), sampling {args.sampling}, {report['reps']} reps x "
         f"{report['tokens']} tokens, load {report['load_average'][0]:.2f} -> {report['load_average'][1]:.2f}, "

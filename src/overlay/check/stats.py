@@ -275,6 +275,28 @@ def homogeneity(a: Sequence[int], b: Sequence[int], *, min_expected: float = 5.0
     return {"chi2": chi2, "df": int(df), "p": chi2_sf(chi2, df), "categories": len(cats), "n": int(na + nb)}
 
 
+def goodness_of_fit(
+    counts: Sequence[int], probs: Sequence[float], *, min_expected: float = 5.0
+) -> dict[str, Any]:
+    """Chi-square test of observed category ``counts`` against the exact distribution ``probs`` (same order),
+    categories whose expected count is below ``min_expected`` pooled into one."""
+    n = sum(counts)
+    cells: list[tuple[float, float]] = []
+    pooled_o = pooled_e = 0.0
+    for o, p in zip(counts, probs):
+        e = n * p
+        if e >= min_expected:
+            cells.append((float(o), e))
+        else:
+            pooled_o += o
+            pooled_e += e
+    if pooled_e > 0 or pooled_o > 0:
+        cells.append((pooled_o, max(pooled_e, 1e-12)))
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    df = len(cells) - 1
+    return {"chi2": chi2, "df": df, "p": chi2_sf(chi2, df), "n": int(n)}
+
+
 def fmt_ratio(r: dict[str, Any] | None, digits: int = 3, unit: str = "") -> str:
     """``1.234 [1.100, 1.380]`` (or ``[no interval]`` from one repetition); ``digits`` decimals, ``unit`` after the
     ratio (``fmt_ratio(r, 2, "x")``: ``1.23x [1.10, 1.38]``)."""

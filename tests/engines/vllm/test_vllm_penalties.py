@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import vllm_support
 
-from overlay.check.envs import Arm, Arms
+from overlay.check.envs import Arms
 
 pytestmark = pytest.mark.long
 FLAG = {"VLLM_OVL_SPARSE_PENALTIES": "1"}
@@ -104,17 +104,9 @@ def test_without_the_flag_the_penalties_are_stocks(function: dict[str, list[dict
     assert function["off"] == function["stock"]
 
 
-def census(arm: Arm, model: Path) -> dict[str, Any]:
-    return vllm_support.census(arm, model, "decode-step-penalties", steps=STEPS)
-
-
 @pytest.fixture(scope="module")
 def penalized(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
-    return {
-        "stock": census(arms.stock, model),
-        "flag": census(arms.patched.with_env(FLAG), model),
-        "off": census(arms.patched, model),
-    }
+    return vllm_support.census_flag(arms, model, "decode-step-penalties", FLAG, steps=STEPS)
 
 
 def test_the_engines_penalties_no_longer_allocate_vocabulary_wide_counts(

@@ -170,10 +170,7 @@ def census(arm: Arm, model: Path, scenario: str = "decode-step-sampled") -> dict
 
 @pytest.fixture(scope="module")
 def sampled(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
-    return {
-        "stock": census(arms.stock, model),
-        "flag": census(arms.patched.with_env(FLAG), model),
-        "off": census(arms.patched, model),
+    return vllm_support.census_flag(arms, model, "decode-step-sampled", FLAG, steps=STEPS) | {
         "stock top-p": census(arms.stock, model, "decode-step-top-p"),
         "nucleus": census(arms.patched.with_env(NUCLEUS), model, "decode-step-top-p"),
     }

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_support
 from tokenizers import Tokenizer
 
-from overlay.check import models as tinymodels
 from overlay.check import sampling
 from overlay.check.envs import Arm, Arms
 
@@ -42,8 +42,8 @@ RECOVER = {"VLLM_OVL_RECOVER_AT_REJECTION": "1"}
 
 @pytest.fixture(scope="module")
 def model() -> Path:
-    """llama-target (trained): peaked next-token distributions, so 120 runs fill the chi-square cells."""
-    return tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO))
+    """llama-target: peaked next-token distributions, so 120 runs fill the chi-square cells."""
+    return vllm_support.trained_target()
 
 
 @pytest.fixture(scope="module")

@@ -33,13 +33,11 @@ from typing import Any
 import pytest
 import vllm_support
 
-from overlay.check import models as tinymodels
 from overlay.check.envs import Arm, Arms
-from overlay.check.stats import chi2_sf, homogeneity
+from overlay.check.stats import goodness_of_fit, homogeneity
 from overlay.errors import ExternalCommandError
 
 pytestmark = pytest.mark.long
-REPO = Path(__file__).resolve().parents[3]
 FLAG = {"VLLM_OVL_RECOVER_AT_REJECTION": "1"}
 SCENARIO = "spec-verify-step-sampled"
 STEPS = 3
@@ -124,20 +122,11 @@ print(json.dumps({
 
 def gof(tokens: list[int], probs: list[float]) -> float:
     """The chi-square p-value of ``tokens`` against the exact distribution ``probs`` (cells expected below 5 pooled)."""
-    n = len(tokens)
     counts = [0] * len(probs)
     for t in tokens:
         counts[t] += 1
-    cells: list[tuple[float, float]] = []
-    rest_o = rest_e = 0.0
-    for o, p in zip(counts, probs):
-        if n * p >= 5:
-            cells.append((float(o), n * p))
-        else:
-            rest_o, rest_e = rest_o + o, rest_e + n * p
-    if rest_e > 0 or rest_o > 0:
-        cells.append((rest_o, max(rest_e, 1e-12)))
-    return chi2_sf(sum((o - e) ** 2 / e for o, e in cells), len(cells) - 1)
+    p: float = goodness_of_fit(counts, probs)["p"]
+    return p
 
 
 @pytest.fixture(scope="module")
@@ -188,21 +177,9 @@ def test_the_same_drafts_are_accepted(sampled: dict[str, dict[str, Any]]) -> Non
 
 @pytest.fixture(scope="module")
 def model() -> Path:
-    """llama-target, the check's target (trained with the stock mlx-lm arm): its sampled outputs repeat phrases, so the
-    n-gram proposer keeps drafting at temperature 0.7; the random llama's do not (no counted step)."""
-    return tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO))
-
-
-def test_draft_probabilities_and_greedy_requests(sampled: dict[str, dict[str, Any]]) -> None:
-    """With draft probabilities (drafts drawn from q) the output is distributed as the target with the flag too; in a
-    mixed batch the greedy requests keep the greedy kernel's tokens and the random ones stock's accept decisions."""
-    off, flag = sampled["off"], sampled["flag"]
-    p0 = off["target"][0]
-    for arm in (off, flag):
-        assert gof(arm["first_with_q"], p0) > ALPHA
-    assert flag["mixed_greedy"] == off["mixed_greedy"]
-    assert flag["mixed_accepted"] == off["mixed_accepted"]
-    assert 0 < sum(off["mixed_accepted"]) < 2 * len(off["mixed_accepted"])
+    """llama-target: its sampled outputs keep the n-gram proposer drafting at temperature 0.7; the random llama's do
+    not (no counted step)."""
+    return vllm_support.trained_target()
 
 
 def census(arm: Arm, model: Path) -> dict[str, Any]:
@@ -216,7 +193,7 @@ def test_stocks_engine_dies_on_a_sampled_speculative_step(arms: Arms, model: Pat
 
 @pytest.fixture(scope="module")
 def spec(arms: Arms, model: Path) -> dict[str, dict[str, Any]]:
-    return {"off": census(arms.patched, model), "flag": census(arms.patched.with_env(FLAG), model)}
+    return vllm_support.census_flag(arms, model, SCENARIO, FLAG, steps=STEPS, stock=False)
 
 
 def test_the_series_runs_sampled_speculation(spec: dict[str, dict[str, Any]]) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from overlay.check.envs import Arm
+from overlay.check import models as tinymodels
+from overlay.check.envs import Arm, Arms
 from overlay.engines import get_adapter
 from overlay.schemas.documents import CensusRequest
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def census(
@@ -20,3 +23,19 @@ def census(
     )
     result: dict[str, Any] = get_adapter("vllm").run(arm.with_env(env), request)
     return result
+
+
+def census_flag(
+    arms: Arms, model: Path, scenario: str, flag: dict[str, str], *, steps: int = 3, stock: bool = True
+) -> dict[str, dict[str, Any]]:
+    """The census ``scenario`` in the patched arm with its ``flag`` off ("off") and on ("flag"), and in the stock arm
+    ("stock", unless ``stock`` is False)."""
+    runs = {"stock": arms.stock} if stock else {}
+    runs |= {"flag": arms.patched.with_env(flag), "off": arms.patched}
+    return {name: census(arm, model, scenario, steps=steps) for name, arm in runs.items()}
+
+
+def trained_target() -> Path:
+    """llama-target, the check's target (trained with the stock mlx-lm arm): peaked next-token distributions, and
+    sampled outputs that repeat phrases (the n-gram proposer keeps drafting at temperature 0.7 and above)."""
+    return tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO))

@@ -78,9 +78,9 @@ SAMPLED: dict[str, dict[str, float]] = {
         "presence_penalty": 0.3,
         "frequency_penalty": 0.2,
     },
-    # spec-verify-step's n-gram speculation with decode-step-sampled's requests: the rejection sampler's random path
-    "spec-verify-step-sampled": {"temperature": 0.7, "top_k": 20, "top_p": 0.8},
 }
+# spec-verify-step's n-gram speculation with decode-step-sampled's requests: the rejection sampler's random path
+SAMPLED["spec-verify-step-sampled"] = SAMPLED["decode-step-sampled"]
 WARMUP = 1  # the first step of a kind (buffers, first-use caches) is left out of the means
 BATCH = 4  # requests decoded together in decode-step and spec-verify-step
 CHUNK = 64  # max_num_batched_tokens of prefill-chunk: the prompt is prefilled in chunks of this many tokens
