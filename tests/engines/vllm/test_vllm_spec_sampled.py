@@ -182,6 +182,18 @@ def model() -> Path:
     return vllm_support.trained_target()
 
 
+def test_draft_probabilities_and_greedy_requests(sampled: dict[str, dict[str, Any]]) -> None:
+    """With draft probabilities (drafts drawn from q) the output is distributed as the target with the flag too; in a
+    mixed batch the greedy requests keep the greedy kernel's tokens and the random ones stock's accept decisions."""
+    off, flag = sampled["off"], sampled["flag"]
+    p0 = off["target"][0]
+    for arm in (off, flag):
+        assert gof(arm["first_with_q"], p0) > ALPHA
+    assert flag["mixed_greedy"] == off["mixed_greedy"]
+    assert flag["mixed_accepted"] == off["mixed_accepted"]
+    assert 0 < sum(off["mixed_accepted"]) < 2 * len(off["mixed_accepted"])
+
+
 def census(arm: Arm, model: Path) -> dict[str, Any]:
     return vllm_support.census(arm, model, SCENARIO, steps=STEPS)
 
