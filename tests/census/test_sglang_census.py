@@ -47,3 +47,19 @@ def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:
     assert counted["host-syncs"] >= 1 and counted["eager-launches"] > 10
     assert all(site.startswith("sglang/srt/") for site, _ in doc["sites"]["host-syncs"])
     assert doc["detail"]["per_step"][0]["host-syncs"] == doc["detail"]["per_step"][-1]["host-syncs"]
+
+
+def test_sampled_decode_step_counts_the_filtered_draw(model: Path) -> None:
+    """decode-step-sampled takes the pytorch backend's filtered path (top-k 20, top-p 0.8). 0004 (the Gumbel draw
+    after the filters): its switch is read, and the step's eager launches drop by multinomial's validity checks
+    (13 ops of multinomial's kernel -> exponential_, clamp_min_, div, argmax); host syncs are unchanged (the checks
+    are device-side asserts). Fails on the stock wheel (the switch is never read: every metric None)."""
+    patched = arms_for(REPO, "sglang").patched
+    off = census(patched, model, "decode-step-sampled")
+    on = census(patched, model, "decode-step-sampled", {"SGLANG_OPT_GUMBEL_TOPK_TOPP_SAMPLE": "1"})
+    assert off["detail"]["kinds"].get("expanded:aten.multinomial") == 3  # one filtered draw per step
+    assert on["metrics"]["eager-launches"] is not None, on["notes"]
+    assert off["metrics"]["eager-launches"] - on["metrics"]["eager-launches"] == 9.0
+    assert on["metrics"]["host-syncs"] == off["metrics"]["host-syncs"]
+    assert "expanded:aten.multinomial" not in on["detail"]["kinds"]
+    assert on["detail"]["kinds"]["eager-launches:aten.exponential_"] == 3

@@ -100,6 +100,22 @@ def test_random_elements_count_the_numbers_drawn(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "allocation")["random-elements"] == 0.0  # an empty tensor draws nothing
 
 
+def test_an_expanded_op_counts_the_ops_its_kernel_runs(cases: dict[str, Any]) -> None:
+    """multinomial's kernel (torch 2.13, no replacement) checks its weights on the device, then runs the exponential
+    race: the dispatch mode sees one op; ``expand`` counts the kernel's own aten ops (its _assert_async's .item() is
+    a device-side assert on CUDA, not a host read)."""
+    plain, expanded = _metrics(cases, "multinomial"), _metrics(cases, "multinomial_expanded")
+    # the line's torch.ones is one launch in both; multinomial is 1 launch, expanded 13
+    assert plain["eager-launches"] == 2.0 and plain["random-elements"] == 2.0  # the two sampled indices
+    assert expanded["eager-launches"] == 14.0 and expanded["host-syncs"] == 0.0
+    assert expanded["random-elements"] == 6.0  # the Exp(1) noise over the 2 x 3 weights
+    kinds = cases["multinomial_expanded"]["report"]["kinds"]
+    assert kinds["eager-launches:aten._assert_async"] == 2 and kinds["eager-launches:aten.exponential_"] == 1
+    assert kinds["expanded:aten.multinomial"] == 1
+    line = cases["multinomial_expanded"]["line"]
+    assert _sites(cases, "multinomial_expanded", "eager-launches") == [[line, 14]]
+
+
 def test_sort_elements_count_the_elements_of_full_sorts(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "sort")["sort-elements"] == 6.0  # the case's tensor x: 6 elements
     assert _sites(cases, "sort", "sort-elements") == [[cases["sort"]["line"], 6]]

@@ -67,7 +67,11 @@ _TORCH_SCENARIOS: dict[str, str] = {
     "prefill-chunk": "one chunk of prompt prefill through the target model",
 }
 SCENARIOS: dict[str, dict[str, str]] = {
-    "sglang": dict(_TORCH_SCENARIOS),
+    "sglang": {
+        **_TORCH_SCENARIOS,
+        "decode-step-sampled": "decode-step with sampled requests (temperature 0.7, top-k and top-p) on the pytorch "
+        "sampling backend: the sampler's filtered path",
+    },
     "exllamav3": dict(_TORCH_SCENARIOS),
     "mlx-lm": {
         "decode-token": "one generated token of plain (non-speculative) generation: forward, sample, eval",

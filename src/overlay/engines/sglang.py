@@ -19,7 +19,14 @@ from overlay.schemas.documents import WorkerRequest
 DEFAULT_TARGET = "llama-target"
 DEFAULT_DRAFT = "llama-draft"
 # the worker's census task (workers/sglang_worker.py task_census, counted in the scheduler by sglang_census_hook.py)
-CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "draft-extend", "prefill-chunk")
+CENSUS_SCENARIOS = (
+    "decode-step",
+    "decode-step-sampled",
+    "spec-verify-step",
+    "draft-round",
+    "draft-extend",
+    "prefill-chunk",
+)
 
 
 class SglangAdapter:

@@ -246,6 +246,16 @@ def c_random_generator(c: Census, x: torch.Tensor) -> Any:
     torch.empty_like(x)[:4].uniform_(generator=g)  # here
 
 
+def c_multinomial(c: Census, x: torch.Tensor) -> Any:
+    torch.multinomial(torch.ones(2, 3), 1)  # here: one aten op to the dispatch mode
+
+
+def c_multinomial_expanded(c: Census, x: torch.Tensor) -> Any:
+    torch.multinomial(
+        torch.ones(2, 3), 1
+    )  # here: Census(expand=("multinomial",)) counts its kernel's aten ops
+
+
 def c_cpu_is_device_upload(c: Census, x: torch.Tensor) -> Any:
     with c.host():
         h = torch.ones(6)
@@ -310,6 +320,7 @@ CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("c_")
 OPTIONS: dict[str, dict[str, Any]] = {
     "cpu_is_device_upload": {"cpu_is_device": True},
     "cpu_is_device_read": {"cpu_is_device": True},
+    "multinomial_expanded": {"expand": ("multinomial",)},
 }
 
 

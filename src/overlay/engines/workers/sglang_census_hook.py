@@ -6,7 +6,8 @@ loader (``load_plugins()``, run in every engine process) calls it. In the schedu
 (``cpu_is_device``: the CPU engine's device is spelled "cpu") and wraps, by scenario (OVERLAY_CENSUS_SCENARIO):
 
 - decode-step / prefill-chunk: ``Scheduler.run_batch`` + ``Scheduler.process_batch_result`` of a decode / extend batch
-  (schedule result, forward, sample, result processing) is one step;
+  (schedule result, forward, sample, result processing) is one step; decode-step-sampled counts decode-step's steps
+  (STEP_KIND) of sampled requests;
 - every call of a function of the sgl_kernel stand-in (test infrastructure) is one launch, and the torch ops and host
   reads the stand-in does inside are not counted (on a GPU that is one kernel);
 - spec-verify-step: ``EAGLEWorkerV2.verify``; draft-round: ``EagleDraftWorker.draft``; draft-extend:
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 FLAG_PREFIX = "SGLANG_OPT_"
+# a scenario counted as another's steps (its requests differ: sglang_worker.CENSUS_SAMPLED)
+STEP_KIND = {"decode-step-sampled": "decode-step"}
 _STATE: dict[str, Any] = {}
 
 
@@ -98,7 +101,8 @@ def register() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from torch_census import Census
 
-    census = Census(cpu_is_device=True)
+    # multinomial's kernel is a sequence of aten ops (validity checks, then the exponential race): counted as those
+    census = Census(cpu_is_device=True, expand=("multinomial",))
     _STATE.update(census=census, scenario=scenario)
     os.environ.__class__ = _RecordingEnviron
     _install(scenario)
@@ -130,14 +134,15 @@ def _in_scheduler() -> bool:
 
 
 def _install(scenario: str) -> None:
-    if scenario in ("decode-step", "prefill-chunk"):
+    kind = STEP_KIND.get(scenario, scenario)
+    if kind in ("decode-step", "prefill-chunk"):
         from sglang.srt.managers.scheduler import Scheduler
 
         def is_kind(self: Any, batch: Any, *args: Any, **kwargs: Any) -> bool:
             mode = getattr(batch, "forward_mode", None)
             if mode is None:
                 return False
-            return bool(mode.is_decode() if scenario == "decode-step" else mode.is_extend())
+            return bool(mode.is_decode() if kind == "decode-step" else mode.is_extend())
 
         Scheduler.run_batch = _stepped(Scheduler.run_batch, scenario, when=is_kind, keep_open=True)
         Scheduler.process_batch_result = _stepped(Scheduler.process_batch_result, scenario, close=True)

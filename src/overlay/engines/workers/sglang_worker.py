@@ -266,6 +266,14 @@ def task_cold(req: ColdRequest) -> dict[str, Any]:
 
 
 CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend")
+# a scenario that counts another scenario's steps with other requests (sglang_census_hook.STEP_KIND): decode-step's
+# workload with sampled requests, which take the pytorch sampling backend's filtered path
+# (top_k_top_p_min_p_sampling_from_probs_torch) after the temperature and the softmax; vLLM's decode-step-sampled
+# values (near Qwen3's generation defaults). Unseeded: SGLang's per-request sampling_seed acts only under
+# deterministic inference, which 0.5.23 refuses with the CPU path's attention backend (docs/engines/sglang.md).
+CENSUS_SAMPLED: dict[str, dict[str, float]] = {
+    "decode-step-sampled": {"temperature": 0.7, "top_k": 20, "top_p": 0.8}
+}
 CENSUS_WARMUP = 1  # the first step of a kind allocates buffers; it is left out of the means
 CENSUS_NOT_COUNTED = {
     "collectives": "one CPU rank: no process group, no collectives run",
@@ -290,7 +298,7 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         raise SystemExit(
             f"sglang census: CLI options {sorted(req['options'])} are not applied by the CPU census"
         )
-    if scenario not in ("decode-step", "prefill-chunk", *CENSUS_SPEC):
+    if scenario not in ("decode-step", "prefill-chunk", *CENSUS_SPEC, *CENSUS_SAMPLED):
         raise SystemExit(f"sglang census: unknown scenario {scenario!r}")
     steps = int(req.get("steps", 4))
     spec = None
@@ -324,7 +332,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         try:
             prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
             new = 1 if scenario == "prefill-chunk" else 2 * (steps + CENSUS_WARMUP) + 2
-            engine.generate(input_ids=[prompt], sampling_params=_greedy_params(new))
+            params = {**_greedy_params(new), **CENSUS_SAMPLED.get(scenario, {})}
+            engine.generate(input_ids=[prompt], sampling_params=params)
         finally:
             engine.shutdown()
         if not out.is_file():
@@ -335,6 +344,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     notes = [
         f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
         if spec
+        else f"plain decode, batch 1, sampled {CENSUS_SAMPLED[scenario]} (pytorch sampling backend)"
+        if scenario in CENSUS_SAMPLED
         else "plain decode, batch 1",
         f"{report['steps']} steps after {CENSUS_WARMUP} warm-up",
     ]

@@ -27,6 +27,12 @@ What "device" means on a CPU run. Every tensor is CPU memory; the census keeps a
 of a host tensor and ``torch.tensor(..., device="cpu")`` are H2D copies (on a GPU the same line names the engine's
 device), ``.to("cpu")`` of a device tensor stays a D2H read.
 
+``expand=("multinomial", ...)`` names aten ops whose kernel is itself a sequence of aten ops written in C++ for every
+device (``multinomial_out``: its validity checks, then the exponential race), which the dispatch mode sees as one op: each
+call is run under torch's profiler and its direct sub-ops are counted as the launches (random elements, allocated
+bytes) a GPU runs for it, at the caller's line (kind ``aten.SUB``, plus ``expanded:aten.OP`` per call); allocation-only sub-ops are not
+launches and the ``.item()`` a CPU ``_assert_async`` does inside is not a host read (on CUDA it is a device-side assert).
+
 ``placement="is_cuda"`` replaces the tracking: device memory is exactly what answers ``is_cuda`` (a stand-in subclass),
 and ``device_class`` is the subclass an H2D copy's result is given.
 
@@ -129,6 +135,7 @@ class Census:
         emulate_cuda: bool | None = None,
         skip: tuple[str, ...] = (),
         cpu_is_device: bool = False,
+        expand: tuple[str, ...] = (),
     ) -> None:
         if untracked not in ("device", "host"):
             raise ValueError(f"untracked={untracked!r}: expected 'device' or 'host'")
@@ -139,6 +146,7 @@ class Census:
         self.device_class = device_class
         self.skip = tuple(skip)
         self.cpu_is_device = cpu_is_device
+        self.expand = frozenset(expand)
         self.emulate_cuda = (not torch.cuda.is_available()) if emulate_cuda is None else emulate_cuda
         self._place: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self._tls = ThreadState()

@@ -98,6 +98,37 @@ def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, .
     }
 
 
+_NOT_LAUNCHED_INSIDE = NON_LAUNCH | {"as_strided", "view", "reshape", "_reshape_alias", "resize_"}
+
+
+def _expanded(c: Census, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run an op of ``Census(expand=...)`` under torch's profiler and count its direct sub-ops as eager launches
+    (random ops also as random-elements, from their first input's shape) at the caller's line."""
+    from torch.autograd.profiler import profile
+
+    name = func._schema.name.split("::", 1)[-1]
+    with profile(record_shapes=True, profile_memory=True) as prof:
+        out = func(*args, **kwargs)
+    top = [e for e in prof.function_events if e.cpu_parent is None and e.name == f"aten::{name}"]
+    site = call_site()
+    c.current.kinds[f"expanded:aten.{name}"] += 1
+    for child in top[0].cpu_children if top else []:
+        sub = child.name.split("::", 1)[-1]
+        if (
+            sub not in ("empty", "resize_") and child.cpu_memory_usage > 0
+        ):  # those two make the op's own output
+            c.count("alloc-bytes", int(child.cpu_memory_usage), site=site)
+        if sub in _NOT_LAUNCHED_INSIDE:
+            continue
+        c.count("eager-launches", kind=f"aten.{sub}", site=site)
+        if sub in RANDOM_OPS and child.input_shapes and child.input_shapes[0]:
+            n = 1
+            for d in child.input_shapes[0]:
+                n *= int(d)
+            c.count("random-elements", n, kind=f"aten.{sub}", site=site)
+    return out
+
+
 def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
@@ -246,7 +277,14 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
                         c.count("bytes-moved", src.nbytes, kind="d2h-async")
                     else:
                         c._sync("copy_ to host", src.nbytes)
-        out = func(*args, **kwargs)
+        expanded = (
+            name in c.expand
+            and any_device
+            and not c._tls.transfer_depth
+            and not in_kernel
+            and not c._capture_depth
+        )
+        out = _expanded(c, func, args, kwargs) if expanded else func(*args, **kwargs)
         if c._tape is not None and not in_host_scope and (any_device or c._tls.transfer_depth or not inputs):
             c._tape.ops.append((func, args, kwargs, out))  # device work a CUDA graph would hold
         if ns in ("_c10d_functional", "c10d") and not in_kernel:
@@ -277,6 +315,7 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
                 c._place[t] = base
         if (
             device_out
+            and not expanded
             and not c._tls.transfer_depth
             and not in_kernel
             and not func.is_view
