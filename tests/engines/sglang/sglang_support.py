@@ -10,8 +10,8 @@ from overlay.check.envs import Arm, Arms
 PROBES = Path(__file__).resolve().parent / "probes"
 UNIT_CASES = [
     "pp_tail",
+    "future_map_resolve",
     "graph_verify_epilogue",
-    "temperature_softmax",
     "packed_broadcast",
     "gumbel_topk_topp",
     "lm_head_quant_predicate",
@@ -76,11 +76,7 @@ PROMPTS = [[0, 5, 9, 17, 33, 40, 41], [0, 7, 7, 100, 200, 300]]
 MAX_NEW_TOKENS = 24
 SPEC = {"algorithm": "STANDALONE", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
 # Every exact/lossless flag of the series whose path the CPU engine reaches; stock ignores unknown variables.
-EXACT_FLAGS = {
-    "SGLANG_OPT_PACKED_VERIFY_BROADCAST": "1",
-    "SGLANG_OPT_FUSED_TEMPERATURE_SOFTMAX": "1",
-    "SGLANG_OPT_SPEC_ACCEPT_STATS": "1",
-}
+EXACT_FLAGS = {"SGLANG_OPT_PACKED_VERIFY_BROADCAST": "1", "SGLANG_OPT_SPEC_ACCEPT_STATS": "1"}
 
 
 def engine_payload(model: Path, *, patched_only: bool) -> dict[str, Any]:

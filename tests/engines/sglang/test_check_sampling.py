@@ -14,7 +14,7 @@ from overlay.check import sampling
 from overlay.check.envs import Arms
 from overlay.check.models import build, stock_mlx_python
 
-FLAGS = {"SGLANG_OPT_FUSED_TEMPERATURE_SOFTMAX": "1", "SGLANG_OPT_GUMBEL_TOPK_TOPP_SAMPLE": "1"}
+FLAGS = {"SGLANG_OPT_GUMBEL_TOPK_TOPP_SAMPLE": "1"}
 
 
 def test_cli_options_are_refused_before_any_engine_starts() -> None:

@@ -7,18 +7,6 @@ from sglang_support import UnitCases, assert_noop_and_exact
 CHI2_P_1E4 = {5: 25.74}  # chi-square critical values at p = 1e-4, by degrees of freedom
 
 
-def test_fused_temperature_softmax(units: UnitCases) -> None:
-    """0003: softmax(logits, temperatures) equals the stock div_ + softmax on the CPU path, and upstream's fused
-    Triton kernel (interpreter) is within 1e-5 relative of it (numerics class: approximate, on CUDA)."""
-    stock, patched = units.case("temperature_softmax")
-    assert patched["ref"] == stock["ref"]
-    assert patched["api_equal_stock"], "flag on, CPU path: not bit-equal to the stock sampler path"
-    assert patched["splits"] > 1, "the kernel must run its split-row path"
-    assert patched["kernel_max_rel_err"] < 1e-5
-    assert patched["kernel_argmax_equal"]
-    assert all(abs(s - 1.0) < 1e-5 for s in patched["kernel_row_sums"])
-
-
 def test_packed_verify_broadcast(units: UnitCases) -> None:
     """0004: two gloo ranks with different verify outputs end with rank 0's tensors, bit-equal between the
     stock three broadcasts and the packed one."""
