@@ -45,6 +45,7 @@ class Probe:
     seconds: int  # estimate on one H200, all configurations (stock, flag off, flag on) included
     region: str  # what runs, in the engine's words
     pending: str | None = None  # why it cannot run in this device run (planned, reported as not measured)
+    baseline: str | None = None  # no patch yet: stock measured alone (why: the gap it sizes); patch is ""
 
 
 @dataclass(frozen=True)
@@ -85,60 +86,24 @@ PROBES: tuple[Probe, ...] = (
     # --- SGLang 0.5.23: the engine's functions called as its step calls them; sgl_kernel cannot travel
     Probe(
         "sglang",
-        "prepare-for-decode",
-        "spec-stage-per-step-decode-kv-lengths",
-        "draft-round",
-        ("host-syncs", "pageable-copies", "h2d-copies", "bytes-moved"),
-        20,
-        "eagle_utils.eagle_prepare_for_decode (the per-step kv-length staging; the KV allocator it ends with is "
-        "stood in)",
-    ),
-    Probe(
-        "sglang",
-        "chain-greedy-verify",
-        "spec-tensor-only-greedy-verify-for-topk-1-chains",
-        "spec-verify-step",
-        ("capturable", "eager-launches"),
-        15,
-        "the greedy verify tail eagle_sample runs for topk==1 chains (verify_chain_greedy with the flag; the "
-        "tree-walk verify_tree_greedy_func without it)",
-    ),
-    Probe(
-        "sglang",
-        "chain-tree",
-        "spec-build-the-topk-1-verify-tree-in-closed-form",
-        "draft-round",
-        ("eager-launches", "capturable", "host-syncs"),
-        20,
-        "eagle_utils.build_tree_kernel_efficient for a topk==1 chain (what the draft round calls)",
-    ),
-    Probe(
-        "sglang",
-        "temperature-softmax",
-        "sampler-fold-the-temperature-into-the-softmax",
-        "decode-step",
-        ("bytes-moved", "eager-launches"),
-        20,
-        "the sampler's temperature + softmax (kernels.ops.sampling.softmax) over a 151552 vocabulary",
-    ),
-    Probe(
-        "sglang",
-        "verify-sampling-params",
-        "spec-reuse-the-expanded-verify-sampling-parameters",
-        "spec-verify-step",
-        ("cache-hits", "eager-launches"),
-        10,
-        "eagle_utils.expand_verify_sampling_params on a fresh dataclasses.replace copy of the batch's sampling "
-        "info per verify, as the engine hands it (a cache kept on the copy never survives to the next step)",
-    ),
-    Probe(
-        "sglang",
         "topk-topp-sample",
         "sampler-Gumbel-max-sampling-after-the-pytorch-top-k",
-        "decode-step",
-        ("host-syncs", "eager-launches"),
+        "decode-step-sampled",
+        ("eager-launches",),
         15,
         "layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch (the filtered sampling path)",
+    ),
+    Probe(
+        "sglang",
+        "future-map-resolve",
+        "",
+        "decode-step",
+        ("host-syncs", "bytes-moved"),
+        15,
+        "managers.overlap_utils.FutureMap: publish, then resolve_seq_lens_cpu as the overlap scheduler calls it "
+        "before each spec decode step (needs_cpu_seq_lens True, as for FlashInfer MHA), behind ~200 us of GPU work "
+        "standing in for the verify still in flight: the host wait in fwd_prepare_d2h_stream.synchronize()",
+        baseline="S1, the FutureMap host-length sync (docs/engines/sglang.md): sized before any patch is written",
     ),
     Probe(
         "sglang",
@@ -170,16 +135,6 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "sglang",
-        "draft-extend-select",
-        "spec-select-the-topk-1-draft-token-inside-the-draft",
-        "draft-extend",
-        ("eager-launches",),
-        0,
-        "EAGLEDraftExtendCudaGraphRunner.replay and the select after it",
-        pending=NEEDS_SGL_ENGINE.format(where="the draft-extend CUDA graph runner"),
-    ),
-    Probe(
-        "sglang",
         "logits-processor",
         "logits_processor-drop-the-shadowed-should_apply_lm_h",
         "decode-step",
@@ -197,16 +152,6 @@ PROBES: tuple[Probe, ...] = (
         0,
         "SchedulerBatchResultProcessor after a verify",
         pending=NEEDS_SGL_ENGINE.format(where="the scheduler's result processing"),
-    ),
-    Probe(
-        "sglang",
-        "stream-ordered-seq-lens",
-        "overlap-stream-ordered-seq-lens-resolve-on-CUDA",
-        "spec-verify-step",
-        ("host-syncs",),
-        0,
-        "the overlap scheduler's seq-lens resolve",
-        pending=NEEDS_SGL_ENGINE.format(where="the overlap scheduler"),
     ),
     Probe(
         "sglang",
@@ -437,12 +382,6 @@ NOT_ON_ONE_GPU: tuple[NotOnOneGpu, ...] = (
     ),
     NotOnOneGpu(
         "sglang",
-        "deepseek_v2-allow-the-CuteDSL-AR-fusion-on-the-NextN",
-        "eager-launches",
-        "CuteDSL all-reduce fusion: several Blackwell GPUs with MNNVL",
-    ),
-    NotOnOneGpu(
-        "sglang",
         "spec-skip-the-PP-tail-draft-seq-lens-D2H-when-no-dra",
         "host-syncs",
         "the PP tail rank exists only with pipeline parallelism (>= 2 GPUs)",
@@ -469,6 +408,7 @@ def probe_for(engine: str, patch_name: str, metric: str, scenario: str) -> Probe
     for p in PROBES:
         if (
             p.engine == engine
+            and p.baseline is None
             and _prefix_match(p.patch, patch_name)
             and p.scenario == scenario
             and metric in p.metrics

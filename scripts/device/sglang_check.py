@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
 import json
 import os
@@ -179,181 +178,41 @@ def _set(module: Any, **values: Any) -> None:
             setattr(module, name, value)
 
 
-@probe("prepare-for-decode")
-def p_prepare_for_decode(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
+@probe("future-map-resolve")
+def p_future_map_resolve(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
     torch = ctx.torch
-    eu = imp("sglang.srt.speculative.eagle_utils")
-    allocated: list[dict[str, Any]] = []
-    # stood in: the KV allocator the function ends with (alloc_for_spec_decode) and the spec config's reserve
-    _set(
-        eu, alloc_for_spec_decode=lambda *a, **k: allocated.append(k), get_alloc_reserve_per_decode=lambda: 8
+    ou = imp("sglang.srt.managers.overlap_utils")
+    spec = imp("sglang.srt.speculative.spec_info")
+    pool = SimpleNamespace(req_to_token=torch.zeros((64, 4096), dtype=torch.int32, device=ctx.device))
+    fm = ou.FutureMap(
+        torch.device(ctx.device), spec.SpeculativeAlgorithm.EAGLE, pool, needs_cpu_seq_lens=True
     )
-    reqs = [
-        SimpleNamespace(
-            kv=SimpleNamespace(kv_allocated_len=300 + 7 * i, kv_committed_len=296 + 7 * i), decode_batch_idx=0
-        )
-        for i in range(4)
-    ]
-    batch = SimpleNamespace(
-        maybe_evict_swa=lambda: None,
-        cumulate_penalty_output_tokens=lambda: None,
-        sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
-        token_to_kv_pool_allocator=SimpleNamespace(page_size=1),
-        reqs=reqs,
-        seq_lens_cpu=torch.tensor([296 + 7 * i for i in range(4)]),
-        device=ctx.device,
-        tree_cache=None,
-        req_to_token_pool=None,
-        req_pool_indices=None,
-    )
+    idx = torch.arange(1, 5, dtype=torch.int64, device=ctx.device)  # 4 requests of a 64-slot pool
+    idx_cpu = idx.cpu()
+    lens = torch.tensor([1000, 2000, 3000, 4000], dtype=torch.int64, device=ctx.device)
+    # the verify forward still running when the scheduler resolves: ~200 us of GPU work on the current stream
+    busy = (lambda: torch.cuda._sleep(200_000)) if ctx.cuda else (lambda: None)
 
     def step() -> Any:
-        eu.eagle_prepare_for_decode(batch)
-        return allocated[-1]["cur_kv_lens"], allocated[-1]["nxt_kv_lens"]
+        busy()
+        fm.publish(idx, lens)
+        batch = SimpleNamespace(
+            spec_info=SimpleNamespace(future_indices=idx),
+            req_pool_indices_cpu=idx_cpu,
+            seq_lens=None,
+            seq_lens_cpu=None,
+            seq_lens_sum=None,
+        )
+        fm.resolve_seq_lens_cpu(batch)
+        return batch.seq_lens_cpu, batch.seq_lens_sum
 
+    layout = (
+        "pinned mirror + private D2H stream" if fm.fwd_prepare_d2h_stream is not None else "bootstrap .cpu()"
+    )
     return Region(
         step,
-        outputs=lambda r: [t.cpu().tolist() for t in r],
-        note="real eagle_prepare_for_decode; alloc_for_spec_decode and the reserve stood in",
-    )
-
-
-def _chain(torch: Any, bs: int, n: int, vocab: int, device: str) -> tuple[Any, ...]:
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(bs * n, vocab, generator=g)
-    target = logits.argmax(-1).view(bs, n)
-    cand = torch.randint(0, vocab, (bs, n), generator=g)
-    for b in range(bs):
-        keep = int(torch.randint(0, n, (1,), generator=g))
-        cand[b, 1 : keep + 1] = target[b, :keep]
-    node = torch.arange(n)
-    ridx = (torch.arange(bs).unsqueeze(1) * n + node).contiguous()
-    nxt = torch.where(node < n - 1, node + 1, -1).expand(bs, n).contiguous()
-    sib = torch.full((bs, n), -1, dtype=torch.long)
-    return tuple(t.to(device) for t in (logits, cand, ridx, nxt, sib))
-
-
-@probe("chain-greedy-verify")
-def p_chain_greedy_verify(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
-    torch = ctx.torch
-    bs, n = 1, 4
-    vocab = 512 if ctx.dry_run else 151552
-    logits, cand, ridx, nxt, sib = _chain(torch, bs, n, vocab, ctx.device)
-    eu = imp("sglang.srt.speculative.eagle_utils")
-    chain = config == "patched" and hasattr(eu, "verify_chain_greedy")
-
-    def step() -> Any:  # eagle_sample's greedy branch: argmax, then the chain or the tree-walk verify
-        target = torch.argmax(logits, dim=-1).reshape(bs, n)
-        if chain:
-            return eu.verify_chain_greedy(cand, target, ridx.reshape(bs, -1), n)
-        predict = torch.zeros(bs * n, dtype=torch.int32, device=ctx.device)
-        accept = torch.full((bs, n), -1, dtype=torch.int32, device=ctx.device)
-        num = torch.empty((bs,), dtype=torch.int32, device=ctx.device)
-        return eu.verify_tree_greedy_func(
-            predicts=predict,
-            accept_index=accept,
-            accept_token_num=num,
-            candidates=cand,
-            retrieve_index=ridx,
-            retrieve_next_token=nxt,
-            retrieve_next_sibling=sib,
-            target_predict=target,
-            topk=1,
-        )
-
-    return Region(step, capture=step, outputs=lambda r: [t.cpu().tolist() for t in r])
-
-
-@probe("chain-tree")
-def p_chain_tree(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
-    torch = ctx.torch
-    bs, steps = 1, 3
-    n = steps + 1
-    dev = ctx.device
-    eu = imp("sglang.srt.speculative.eagle_utils")
-    seq = torch.tensor([1000] * bs, device=dev)
-    parent = torch.tensor([-1] + list(range(steps - 1)), device=dev).expand(bs, -1).contiguous()
-    sel = torch.arange(steps, device=dev).expand(bs, steps).contiguous()
-    bonus = torch.zeros(bs, dtype=torch.long, device=dev)
-    drafts = torch.ones(bs, steps, dtype=torch.long, device=dev)
-    seq_sum = 1000 * bs  # the engine passes the host-side sum it already has
-
-    def step() -> Any:
-        return eu.build_tree_kernel_efficient(
-            bonus, parent, sel, drafts, seq, seq_sum, 1, steps, n, tree_mask_mode=eu.TreeMaskMode.FULL_MASK
-        )
-
-    return Region(
-        step, capture=step, outputs=lambda r: [t.cpu().tolist() for t in r if isinstance(t, torch.Tensor)]
-    )
-
-
-@probe("temperature-softmax")
-def p_temperature_softmax(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
-    torch = ctx.torch
-    vocab = 4096 if ctx.dry_run else 151552
-    sampler = imp("sglang.srt.layers.sampler")
-    softmax = sampler.sampler_softmax
-    g = torch.Generator().manual_seed(3)
-    base = (torch.randn(4, vocab, generator=g) * 4).to(ctx.device)
-    temps = torch.full((4, 1), 0.7, device=ctx.device)
-    fused = config == "patched"
-    logits = base.clone()
-
-    def step() -> Any:  # Sampler.forward's standard path: div_ by the temperatures, or the fused softmax
-        logits.copy_(base)
-        if fused:
-            logits[:] = softmax(logits, temperatures=temps)
-        else:
-            logits.div_(temps)
-            logits[:] = softmax(logits)
-        return logits
-
-    return Region(
-        step,
-        outputs=lambda r: r.float().cpu(),
-        note="the standard path of Sampler.forward (div_ + softmax vs the fused softmax), 4 x vocab rows",
-    )
-
-
-@probe("verify-sampling-params")
-def p_verify_sampling_params(ctx: Ctx, imp: Callable[[str], Any], config: str) -> Region:
-    torch = ctx.torch
-    eu = imp("sglang.srt.speculative.eagle_utils")
-    if not hasattr(eu, "expand_verify_sampling_params"):
-        raise Skip(
-            "this arm has no expand_verify_sampling_params (its repeat_interleaves are inline in "
-            "eagle_sample, which needs the GPU engine)"
-        )
-    sbi = imp("sglang.srt.sampling.sampling_batch_info").SamplingBatchInfo
-    info = sbi.__new__(sbi)
-    for f in dataclasses.fields(sbi):
-        default = (
-            f.default
-            if f.default is not dataclasses.MISSING
-            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        )  # type: ignore[misc]
-        object.__setattr__(info, f.name, default)
-    info.temperatures = torch.full((2, 1), 0.7, device=ctx.device)
-    info.top_ks = torch.full((2,), 20, dtype=torch.int32, device=ctx.device)
-    info.top_ps = torch.full((2,), 0.9, device=ctx.device)
-    info.need_top_k_sampling = True
-    info.need_top_p_sampling = True
-    inst = ctx.inst
-
-    def step() -> Any:
-        # the engine's pattern: each verify gets a fresh dataclasses.replace copy of the batch's sampling info
-        fresh = dataclasses.replace(info)
-        cached = getattr(fresh, "_verify_params_cache", None)
-        out = eu.expand_verify_sampling_params(fresh, 4)
-        if cached is not None and out is cached[1] and inst is not None:
-            inst.count("cache-hits", kind="expand_verify_sampling_params")
-        return out
-
-    return Region(
-        step,
-        outputs=lambda r: [t.cpu().tolist() for t in r if t is not None],
-        note="a fresh dataclasses.replace copy of SamplingBatchInfo per verify",
+        outputs=lambda r: [r[0].tolist(), r[1]],
+        note=f"the wheel's FutureMap ({layout}), no patch: the three configurations are the same code",
     )
 
 
@@ -605,7 +464,8 @@ def run(
             by_key.setdefault(entry["key"], []).append(entry)
     measurements = []
     modules: dict[str, dict[str, Any]] = {"stock": {}, "patched": {}}
-    for planned in plan.budget_plan("sglang", budget_s, keys=set(plan_doc.get("keys") or by_key) or None):
+    asked = set(plan_doc.get("keys") or by_key) | {p.key for p in plan.probes("sglang") if p.baseline}
+    for planned in plan.budget_plan("sglang", budget_s, keys=asked):
         key = planned.probe.key
         entries = [e for e in by_key.get(key) or [] if not e.get("pending")]
         m: dict[str, Any] = {
@@ -616,7 +476,19 @@ def run(
             "status": "ok",
             "reason": None,
         }
-        if not by_key.get(key):
+        if planned.probe.baseline and planned.run:
+            # no patch yet: stock measured in all three configurations (no flag), to size the gap
+            entries = [
+                {"scenario": planned.probe.scenario, "metrics": list(planned.probe.metrics), "env": {}}
+            ]
+            m.update(scenarios=[planned.probe.scenario], baseline=planned.probe.baseline)
+        if planned.probe.baseline and not planned.run:
+            m.update(status="skipped", reason=planned.reason)
+        elif planned.probe.baseline and key not in PROBES:
+            m.update(status="skipped", reason="pending: no implementation in this script version")
+        elif planned.probe.baseline:
+            pass
+        elif not by_key.get(key):
             m.update(status="skipped", reason="no patch of the series as it is matches this probe")
         elif not planned.run or not entries:
             m.update(status="skipped", reason=planned.reason or "pending: every mechanism of it is pending")
@@ -627,7 +499,7 @@ def run(
                 status="skipped",
                 reason=f"over budget: ~{planned.probe.seconds} s needed, {int(deadline.left())} s left",
             )
-        else:
+        if m["status"] == "ok":
             t0 = time.monotonic()
             # a per-probe time limit: three times its estimate (ten on a dry run's shared CPU), never past the budget
             factor = 10 if dry_run else 3

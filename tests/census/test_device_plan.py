@@ -102,8 +102,8 @@ def test_budget_plan_skips_what_does_not_fit_with_the_reason() -> None:
     assert sum(x.probe.seconds for x in ran) <= 30
     skipped = [x for x in tight if not x.run and not x.probe.pending]
     assert skipped and all(x.reason.startswith("over budget") and "left of 30 s" in x.reason for x in skipped)
-    only = plan.budget_plan("sglang", 10_000, keys={"chain-tree"})
-    assert [x.probe.key for x in only if x.run] == ["chain-tree"]
+    only = plan.budget_plan("sglang", 10_000, keys={"topk-topp-sample"})
+    assert [x.probe.key for x in only if x.run] == ["topk-topp-sample"]
 
 
 def test_the_default_run_fits_one_device_command_and_the_session() -> None:
@@ -121,20 +121,20 @@ def test_the_default_run_fits_one_device_command_and_the_session() -> None:
 
 
 def test_patch_keys_survive_renumbering() -> None:
-    assert plan.slug("0004-spec-select-the-topk-1-draft-token-inside-the-draft-.patch").startswith(
-        "spec-select-the-topk-1"
+    assert plan.slug("0004-sampler-Gumbel-max-sampling-after-the-pytorch-top-k-.patch").startswith(
+        "sampler-Gumbel-max"
     )
     probe = plan.probe_for(
         "sglang",
-        "0099-spec-build-the-topk-1-verify-tree-in-closed-form.patch",
+        "0099-sampler-Gumbel-max-sampling-after-the-pytorch-top-k-.patch",
         "eager-launches",
-        "draft-round",
+        "decode-step-sampled",
     )
-    assert probe is not None and probe.key == "chain-tree"
+    assert probe is not None and probe.key == "topk-topp-sample"
     assert (
         plan.probe_for(
             "sglang",
-            "0006-spec-build-the-topk-1-verify-tree-in-closed-form.patch",
+            "0005-sampler-Gumbel-max-sampling-after-the-pytorch-top-k-.patch",
             "eager-launches",
             "decode-step",
         )

@@ -28,6 +28,10 @@ from typing import Any
 
 import torch
 
+REPO = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+)
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {}
 
 
@@ -88,6 +92,78 @@ def case_pp_tail() -> dict[str, Any]:
                 cpu, total = fn(seq, needs)
             out[f"flag{flag}_needs{int(needs)}"] = None if cpu is None else {"cpu": tl(cpu), "sum": total}
     return {"ref": ref, "new": out}
+
+
+def _future_map_resolve(needs_cpu_seq_lens: bool, cuda_layout: bool, steps: int = 3) -> dict[str, Any]:
+    """S1: the real FutureMap of the wheel (managers/overlap_utils.py), publish then resolve_seq_lens_cpu, as the
+    overlap scheduler calls them once per spec decode step (scheduler.py run_batch), counted by the torch census.
+    ``cuda_layout``: FutureMap as its constructor builds it on CUDA (a pinned host mirror and a private D2H stream;
+    module flag _is_cuda set, torch.get_device_module answering the census's torch.cuda stand-ins whose
+    Stream.synchronize is a counted host wait) - labelled stand-ins for the CUDA runtime only; the FutureMap, its
+    buffers and both methods are the wheel's. Without it: the non-CUDA bootstrap path (``.cpu()``)."""
+    import types
+
+    sys.path.insert(0, os.path.join(REPO, "src", "overlay", "engines", "workers"))
+    from sglang.srt.managers import overlap_utils
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from torch_census import Census
+
+    pool = types.SimpleNamespace(req_to_token=torch.zeros((8, 64), dtype=torch.int32))
+    census = Census()
+    saved = (overlap_utils._is_cuda, torch.get_device_module)
+    reports = []
+    with census:
+        if cuda_layout:
+            overlap_utils._is_cuda = True
+            torch.get_device_module = lambda device=None: torch.cuda  # type: ignore[assignment]
+        try:
+            fm = overlap_utils.FutureMap(
+                torch.device("cpu"), SpeculativeAlgorithm.EAGLE, pool, needs_cpu_seq_lens=needs_cpu_seq_lens
+            )
+            pool_idx = torch.tensor([3, 5], dtype=torch.int64)
+            with census.host():
+                pool_idx_cpu = torch.tensor([3, 5], dtype=torch.int64)
+            for i in range(steps):
+                new_lens = torch.tensor([100 + i, 40 + 2 * i], dtype=torch.int64, device="cpu:0")
+                batch = types.SimpleNamespace(
+                    spec_info=types.SimpleNamespace(future_indices=pool_idx),
+                    req_pool_indices_cpu=pool_idx_cpu,
+                    seq_lens=None,
+                    seq_lens_cpu=None,
+                    seq_lens_sum=None,
+                )
+                fm.publish(pool_idx, new_lens)  # the verify's on_publish (step N)
+                with census.step():  # the scheduler's resolve before step N + 1
+                    fm.resolve_seq_lens_cpu(batch)
+                reports.append(
+                    {
+                        "seq_lens_cpu": None if batch.seq_lens_cpu is None else tl(batch.seq_lens_cpu),
+                        "seq_lens_sum": batch.seq_lens_sum,
+                    }
+                )
+        finally:
+            overlap_utils._is_cuda, torch.get_device_module = saved
+    report = census.report()
+    return {
+        "pinned_mirror": fm.new_seq_lens_cpu_pinned is not None,
+        "d2h_stream": fm.fwd_prepare_d2h_stream is not None,
+        "host_syncs_per_resolve": report["metrics"]["host-syncs"],
+        "bytes_moved_per_resolve": report["metrics"]["bytes-moved"],
+        "kinds": report["kinds"],
+        "sites": report["sites"].get("host-syncs", []),
+        "resolved": reports,
+    }
+
+
+@case
+def case_future_map_resolve() -> dict[str, Any]:
+    """S1 (no patch): stock FutureMap.resolve_seq_lens_cpu's host wait per resolve, in each layout."""
+    out = {
+        f"{'cuda' if cuda else 'bootstrap'}_needs{int(needs)}": _future_map_resolve(needs, cuda)
+        for cuda in (True, False)
+        for needs in (True, False)
+    }
+    return {"ref": out, "new": None}
 
 
 # --- cuda-graph -------------------------------------------------------------------------------------------------
@@ -343,49 +419,6 @@ def case_graph_verify_epilogue() -> dict[str, Any]:
 
 
 # --- sampling-fusion --------------------------------------------------------------------------------------------
-
-
-@case
-def case_temperature_softmax() -> dict[str, Any]:
-    from sglang.kernels.ops import sampling
-    from sglang.kernels.ops.sampling import temperature_softmax as ts
-
-    g = torch.Generator().manual_seed(6)
-    rows, vocab = 3, 32000
-    logits = torch.randn(rows, vocab, generator=g) * 4
-    temps = torch.tensor([[0.7], [1.0], [1.3]])
-    # stock sampler standard path: in-place div, then softmax
-    stock_logits = logits.clone()
-    stock_logits.div_(temps)
-    ref = sampling.softmax(stock_logits)
-    # the patched sampler path (flag on) calls softmax(logits, temperatures=...)
-    with flags(SGLANG_OPT_FUSED_TEMPERATURE_SOFTMAX="1"):
-        via_api = sampling.softmax(logits.clone(), temperatures=temps)
-    # upstream's fused Triton kernels, launched as temperature_softmax does on a GPU (interpreter here)
-    t = temps.reshape(-1).contiguous()
-    block, splits = ts._split_geometry(rows, vocab)
-    pmax = torch.empty(rows, splits)
-    psum = torch.empty(rows, splits)
-    rmax = torch.empty(rows)
-    rsum = torch.empty(rows)
-    probs = torch.empty_like(logits)
-    ts._partial_max_sumexp_kernel[(rows, splits)](
-        logits, t, pmax, psum, logits.stride(0), vocab, splits, BLOCK=block
-    )
-    ts._combine_kernel[(rows,)](pmax, psum, rmax, rsum, splits, BLOCK=max(2, 1 << (splits - 1).bit_length()))
-    ts._normalize_kernel[(rows, splits)](
-        logits, t, rmax, rsum, probs, logits.stride(0), probs.stride(0), vocab, BLOCK=block
-    )
-    rel = ((probs - ref).abs() / ref.clamp_min(1e-30)).max().item()
-    return {
-        "ref": tl(ref.sum(-1)) + [float(ref.double().square().sum())],
-        "api_equal_stock": bool(torch.equal(via_api, ref)),
-        "kernel_max_rel_err": rel,
-        "kernel_row_sums": tl(probs.sum(-1)),
-        "kernel_argmax_equal": bool(torch.equal(probs.argmax(-1), ref.argmax(-1))),
-        "splits": splits,
-        "new": True,
-    }
 
 
 def _broadcast_worker(rank: int, world: int, store_dir: str, out_dir: str) -> None:
