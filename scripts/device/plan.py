@@ -129,7 +129,7 @@ PROBES: tuple[Probe, ...] = (
         "splitk-fp8-gemm",
         "gemm-split-K-small-M-block-FP8-GEMM-with-fused-activ",
         "decode-step",
-        ("eager-launches", "bytes-moved"),
+        ("eager-launches",),
         40,
         "fp8_utils.dispatch_w8a8_block_fp8_linear's choice for 1..16 rows at DeepSeek/GLM shapes, then the call",
     ),

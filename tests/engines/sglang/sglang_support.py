@@ -20,6 +20,7 @@ UNIT_CASES = [
     "splitk_fp8_gemm",
     "splitk_ue8m0_scales",
     "splitk_triton_interp",
+    "splitk_launches",
     "fused_norm_quant",
     "cpu_sampling_verify",
     "accept_stats",

@@ -42,12 +42,38 @@ def test_splitk_router_keeps_packed_ue8m0_scales_on_the_default_linear(units: Un
 
 
 def test_splitk_triton_kernel_in_the_interpreter(units: UnitCases) -> None:
-    """0008's Triton kernel itself (not its torch reference) under TRITON_INTERPRET=1, from an exact-dot copy of its
-    source (the interpreter's bf16 tl.dot is wrong; E4M3 operands are exact in fp32): bit-equal to the torch
-    reference and within one bf16 ulp of float64 for 5 shapes (K and N tails included) x 1/2/5 splits."""
+    """0007's Triton kernels themselves (not the torch reference) under TRITON_INTERPRET=1, from an exact copy of
+    the module (the interpreter's bf16 tl.dot and its truncating fp32 -> bf16 store are moved out of its way): bit-equal
+    to the torch reference and within one bf16 ulp of float64 for 5 shapes (K and N tails) x 1/2/5 splits, without
+    and with a bias."""
     _, patched = units.case("splitk_triton_interp")
     new = patched["new"]
-    assert new is not None and new["bf16_casts_replaced"] == 2, new
-    assert len(new["cases"]) == 15
+    assert new is not None and new["replaced"] == {
+        ".to(tl.bfloat16)": 2,
+        ".to(out_ptr.dtype.element_ty)": 2,
+        "out = torch.empty((m, n), dtype=input.dtype,": 1,
+        "return out.reshape(*input.shape[:-1], n)": 1,
+    }, new["replaced"]
+    assert len(new["cases"]) == 30
     for c in new["cases"]:
         assert c["equal_torch_ref"] and c["max_err_in_bf16_ulps"] <= 1.0, c
+
+
+def test_splitk_never_launches_more_than_the_stock_linear(units: UnitCases) -> None:
+    """0007's mechanism, counted on one small-M call (M 3, N 256, K 640): the stock dispatched Triton linear launches
+    the per-token-group quant and the block GEMM (+ the bias add_); the split-K kernel stores the output itself at one
+    split and adds one reduce+cast kernel at more, bias folded in. The first version launched the kernel, then
+    partial.sum and .to (3; 5 with a bias): this test fails on it."""
+    stock, patched = units.case("splitk_launches")
+    assert patched["ref"] == stock["ref"] and stock["new"] is None
+    base = stock["ref"]
+    assert base["no_bias"] == ["triton:_per_token_group_quant_8bit", "triton:_w8a8_block_fp8_matmul"]
+    assert base["bias"] == [*base["no_bias"], "add_"]
+    new = patched["new"]
+    kernel, reduce = "triton:_splitk_w8a8_block_fp8_kernel", "triton:_splitk_reduce_kernel"
+    for bias in ("no_bias", "bias"):
+        assert new[f"splits1_{bias}"] == [kernel], new
+        for splits in (2, 5):
+            assert new[f"splits{splits}_{bias}"] == [kernel, reduce], new
+        assert len(new[f"splits1_{bias}"]) < len(base[bias])
+    assert len(new["splits2_bias"]) < len(base["bias"])

@@ -972,12 +972,24 @@ def _exact_splitk_inputs(m: int, n: int, k: int, g: torch.Generator) -> tuple[to
     return x, w, ws, x.double() @ deq_w.T
 
 
+# Triton 3.7's interpreter gets two conversions of the kernel wrong that a GPU does not: bf16 ``tl.dot`` (errors
+# ~1e13 ulps) and the fp32 -> bf16 store cast (it truncates where CUDA rounds to nearest even: 506 of 1024 random
+# values differ from torch's cast). The exact copy moves both out of its way: E4M3 operands go into the dot as fp32
+# (exact in both types), and the output is stored as fp32 and rounded by torch (RNE, as CUDA's cvt.rn.bf16.f32).
+_EXACT_COPY = (
+    (".to(tl.bfloat16)", ".to(tl.float32)"),
+    (".to(out_ptr.dtype.element_ty)", ".to(tl.float32)"),
+    ("out = torch.empty((m, n), dtype=input.dtype,", "out = torch.empty((m, n), dtype=torch.float32,"),
+    ("return out.reshape(*input.shape[:-1], n)", "return out.to(input.dtype).reshape(*input.shape[:-1], n)"),
+)
+
+
 @case
 def case_splitk_triton_interp() -> dict[str, Any]:
-    """0008's Triton kernel itself, through the interpreter (TRITON_INTERPRET=1), vs its torch reference and float64.
-    The Triton 3.7 interpreter gets bf16 ``tl.dot`` wrong, so the kernel also runs from an exact-dot copy of its
-    source: the two ``.to(tl.bfloat16)`` casts of E4M3 operands become ``.to(tl.float32)`` (every E4M3 value is
-    exact in both types, so the copy computes the same products)."""
+    """0007's Triton kernels themselves (not the torch reference), through the interpreter (TRITON_INTERPRET=1), vs
+    the torch reference and float64, from an exact copy of the module's source (_EXACT_COPY: what the interpreter
+    gets wrong and a GPU does not), with and without a bias, 1/2/5 splits (1: the kernel stores the output itself;
+    more: the reduce kernel sums the partials in split order and casts)."""
     import importlib.util
     import inspect
     import tempfile
@@ -988,34 +1000,45 @@ def case_splitk_triton_interp() -> dict[str, Any]:
     from sglang.kernels.ops.gemm import splitk_fp8
 
     source = inspect.getsource(splitk_fp8)
-    shimmed = source.replace(".to(tl.bfloat16)", ".to(tl.float32)")
-    casts = source.count(".to(tl.bfloat16)")
+    replaced = {old: source.count(old) for old, _ in _EXACT_COPY}
+    shimmed = source
+    for old, new in _EXACT_COPY:
+        shimmed = shimmed.replace(old, new)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "splitk_fp8_exact_dot.py")
+        path = os.path.join(tmp, "splitk_fp8_exact_copy.py")
         with open(path, "w") as fh:
             fh.write(shimmed)
-        spec = importlib.util.spec_from_file_location("splitk_fp8_exact_dot", path)
+        spec = importlib.util.spec_from_file_location("splitk_fp8_exact_copy", path)
         assert spec is not None and spec.loader is not None
-        exact_dot = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(exact_dot)
+        exact_copy = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(exact_copy)
         g = torch.Generator().manual_seed(24)
         cases = []
         for m, n, k in ((1, 256, 640), (3, 256, 640), (16, 128, 512), (1, 200, 600), (5, 130, 300)):
             x, w, ws, exact = _exact_splitk_inputs(m, n, k, g)
-            ulp = (exact.abs() * 2.0**-8).clamp_min(1e-12)
-            for splits in (1, 2, 5):
-                got = exact_dot.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=splits)
-                ref = splitk_fp8.splitk_w8a8_block_fp8_linear_torch(x, w, [128, 128], ws, split_k=splits)
-                cases.append(
-                    {
-                        "m": m,
-                        "n": n,
-                        "k": k,
-                        "splits": splits,
-                        "equal_torch_ref": bool(torch.equal(got, ref)),
-                        "max_err_in_bf16_ulps": float(((got.double() - exact).abs() / ulp).max()),
-                    }
-                )
+            bias = (torch.randn(n, generator=g) * exact.abs().mean()).to(torch.bfloat16)
+            for with_bias in (False, True):
+                b = bias if with_bias else None
+                want = exact + (bias.double() if with_bias else 0.0)
+                ulp = (want.abs() * 2.0**-8).clamp_min(1e-12)
+                for splits in (1, 2, 5):
+                    got = exact_copy.splitk_w8a8_block_fp8_linear(
+                        x, w, [128, 128], ws, bias=b, split_k=splits
+                    )
+                    ref = splitk_fp8.splitk_w8a8_block_fp8_linear_torch(
+                        x, w, [128, 128], ws, bias=b, split_k=splits
+                    )
+                    cases.append(
+                        {
+                            "m": m,
+                            "n": n,
+                            "k": k,
+                            "bias": with_bias,
+                            "splits": splits,
+                            "equal_torch_ref": bool(torch.equal(got, ref)),
+                            "max_err_in_bf16_ulps": float(((got.double() - want).abs() / ulp).max()),
+                        }
+                    )
         x, w, ws, exact = _exact_splitk_inputs(3, 256, 640, g)
         as_shipped = splitk_fp8.splitk_w8a8_block_fp8_linear(x, w, [128, 128], ws, split_k=2)
         shipped_err = float(
@@ -1023,12 +1046,92 @@ def case_splitk_triton_interp() -> dict[str, Any]:
         )
     return {
         "ref": None,
-        "new": {
-            "bf16_casts_replaced": casts,
-            "cases": cases,
-            "as_shipped_interpreter_err_in_bf16_ulps": shipped_err,
-        },
+        "new": {"replaced": replaced, "cases": cases, "as_shipped_interpreter_err_in_bf16_ulps": shipped_err},
     }
+
+
+class _KernelLaunches:
+    """Launches of one call as a GPU would see them: every Triton kernel launch (the interpreter's; with
+    ``run=False`` recorded without running it, for kernels the interpreter cannot run) and every aten op outside
+    them that is a kernel launch (views and allocation-only ops excluded, as _Launches)."""
+
+    def __init__(self, *, run: bool = True) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from triton.runtime.interpreter import InterpretedFunction
+
+        counter = self
+        self.ops: list[str] = []
+        self._depth, self._run, self._cls = 0, run, InterpretedFunction
+
+        class Mode(TorchDispatchMode):  # type: ignore[misc]
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                name = func.overloadpacket.__name__
+                if not counter._depth and not func.is_view and name not in _Launches._NO_KERNEL:
+                    counter.ops.append(name)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Mode()
+
+    def __enter__(self) -> _KernelLaunches:
+        original = self._saved = self._cls.run
+
+        def launch(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.ops.append(f"triton:{fn.fn.__name__}")
+            if not self._run:
+                return None
+            self._depth += 1
+            try:
+                return original(fn, *args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        self._cls.run = launch
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        self._cls.run = self._saved
+
+
+@case
+def case_splitk_launches() -> dict[str, Any]:
+    """0007's mechanism, counted: kernel launches of one small-M block-FP8 linear call (M 3, N 256, K 640), the
+    stock dispatched Triton linear (fp8_utils.triton_w8a8_block_fp8_linear: per-token-group quant, then the block GEMM;
+    its launches recorded, not run: the interpreter cannot run the fp8 dot) vs the split-K kernel at 1, 2 and 5
+    splits, without and with a bias."""
+    from sglang.srt.layers.quantization import fp8_utils
+
+    g = torch.Generator().manual_seed(11)
+    m, n, k = 3, 256, 640
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+    ws = torch.rand(n // 128, k // 128, generator=g) * 0.01 + 0.001
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    from sglang.kernels.ops.gemm import fp8_kernel as gemm_kernels
+
+    stock = {}
+    saved = gemm_kernels.get_device_name
+    gemm_kernels.get_device_name = lambda *a, **kw: (
+        "NVIDIA H200"
+    )  # the config lookup names a GPU (none tuned here)
+    try:
+        for name, b in (("no_bias", None), ("bias", bias)):
+            with _KernelLaunches(run=False) as c:
+                fp8_utils.triton_w8a8_block_fp8_linear(x, w, [128, 128], ws, None, b)
+            stock[name] = c.ops
+    finally:
+        gemm_kernels.get_device_name = saved
+    sk = optional("sglang.kernels.ops.gemm.splitk_fp8", "splitk_w8a8_block_fp8_linear")
+    if sk is None:
+        return {"ref": stock, "new": None}
+    new = {}
+    for splits in (1, 2, 5):
+        for name, b in (("no_bias", None), ("bias", bias)):
+            with _KernelLaunches() as c:
+                sk(x, w, [128, 128], ws, bias=b, split_k=splits)
+            new[f"splits{splits}_{name}"] = c.ops
+    return {"ref": stock, "new": new}
 
 
 @case
