@@ -82,8 +82,8 @@ EXACT_FLAGS = {"SGLANG_OPT_PACKED_VERIFY_BROADCAST": "1", "SGLANG_OPT_SPEC_ACCEP
 
 def engine_payload(model: Path, *, patched_only: bool) -> dict[str, Any]:
     """The engine runs of one arm. Both arms run "plain" and "standalone" with the same inputs; the patched arm
-    also runs "sampled", which only the patched wheel can do on a CPU (0010) and which exercises the approximate
-    FP8 lm_head (0007) end to end."""
+    also runs "sampled", which only the patched wheel can do on a CPU (0009) and which exercises the approximate
+    FP8 lm_head (0006) end to end."""
     spec = {**SPEC, "draft_model": str(model)}
     runs: list[dict[str, Any]] = [
         # greedy + one sampled request (fixed seed): identical between arms with the flags on

@@ -8,7 +8,7 @@ from sglang_support import UnitCases
 
 @pytest.mark.long  # ~3.5 minutes on 2 cores (the arms and the reference run): scripts/test_long.sh
 def test_ar_norm_group_quant_reference(units: UnitCases) -> None:
-    """0009: the reference of the fused AR + residual + RMSNorm + group-quant math gives the stock
+    """0008: the reference of the fused AR + residual + RMSNorm + group-quant math gives the stock
     RMSNorm.forward_native outputs on the all-reduced sum, FP8 values within E4M3 precision of them,
     power-of-two scales covering each group, and packed scales in the layout the stock DeepGEMM validator takes."""
     stock, patched = units.case("fused_norm_quant")

@@ -14,7 +14,7 @@ from sglang_support import UnitCases, assert_noop_and_exact
 
 @pytest.mark.long  # ~100 s of unit runs in both arms (stop 29: the default suite at 28 minutes on 2 cores)
 def test_graph_greedy_verify_epilogue(units: UnitCases) -> None:
-    """0012 (SGLANG_OPT_GRAPH_GREEDY_VERIFY) with --speculative-adaptive: every target verify graph of the startup
+    """0011 (SGLANG_OPT_GRAPH_GREEDY_VERIFY) with --speculative-adaptive: every target verify graph of the startup
     runner (3 steps) and of the adaptive runners (2 and 5 steps: other draft widths) is captured through
     capture_tail_hooks; per step the current runner is swapped as apply_runtime_state does and replayed, then run_eagle_verify's attach and the real
     eagle_sample run. Every graph step must use the in-graph results of the runner that replayed and equal the stock

@@ -6,7 +6,7 @@ from sglang_support import UnitCases
 
 
 def test_splitk_fp8_gemm(units: UnitCases) -> None:
-    """0008: the torch reference of the split-K kernel's math matches the stock block-FP8 math (upstream quant
+    """0007: the torch reference of the split-K kernel's math matches the stock block-FP8 math (upstream quant
     formula, float64 GEMM) within one bf16 ulp for every split count; the router sends small-M calls to the
     registered kernel and the rest to the default linear; both backends are in SGLang's kernel registry."""
     stock, patched = units.case("splitk_fp8_gemm")
@@ -24,7 +24,7 @@ def test_splitk_fp8_gemm(units: UnitCases) -> None:
 
 
 def test_splitk_router_keeps_packed_ue8m0_scales_on_the_default_linear(units: UnitCases) -> None:
-    """0008 on SM100 + DeepGEMM with a checkpoint whose scales are not UE8M0: upstream's requant_weight_ue8m0 (run
+    """0007 on SM100 + DeepGEMM with a checkpoint whose scales are not UE8M0: upstream's requant_weight_ue8m0 (run
     for real) turns the block scales into packed int32 UE8M0 words. The dispatcher's router must leave those, and any
     scale tensor not shaped [cdiv(N,128), cdiv(K,128)] fp32, to the default linear (which unpacks them); it takes
     the fp32 block scales of the same weight."""

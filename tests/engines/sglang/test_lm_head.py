@@ -6,7 +6,7 @@ from sglang_support import UnitCases
 
 
 def test_single_lm_head_quant_predicate(units: UnitCases) -> None:
-    """0006: dropping the shadowed definition changes no answer of should_apply_lm_head_quant_method on a matrix
+    """0005: dropping the shadowed definition changes no answer of should_apply_lm_head_quant_method on a matrix
     of lm_heads x quant methods, and leaves exactly one definition."""
     stock, patched = units.case("lm_head_quant_predicate")
     assert patched["ref"] == stock["ref"]
@@ -15,7 +15,7 @@ def test_single_lm_head_quant_predicate(units: UnitCases) -> None:
 
 
 def test_fp8_lm_head(units: UnitCases) -> None:
-    """0007: FP8 lm_head on the tiny llama's real lm_head weight, through the real LogitsProcessor._compute_lm_head
+    """0006: FP8 lm_head on the tiny llama's real lm_head weight, through the real LogitsProcessor._compute_lm_head
     with the copy prepare_fp8_lm_heads makes at load: E4M3 weight error bound, logits close to the stock lm_head
     path, high top-1 agreement, one shared copy per tensor, loaded weight untouched (numerics class: approximate)."""
     stock, patched = units.case("fp8_lm_head")
@@ -31,7 +31,7 @@ def test_fp8_lm_head(units: UnitCases) -> None:
 
 
 def test_fp8_lm_head_lifecycle(units: UnitCases) -> None:
-    """0007: the copy is made by ModelRunner.initialize (before the KV cache is sized) a chunk at a time, so the
+    """0006: the copy is made by ModelRunner.initialize (before the KV cache is sized) a chunk at a time, so the
     load transient is one chunk (not the 6x of the old lazy first-call copy) and the first lm_head call allocates no
     weight-sized copy; a model with fp32 lm_head output gets fp32 logits written into the caller's logits buffer, as
     the stock branch does; an online update through upstream's update_weights_from_tensor re-quantizes the copy in

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.long
 
 
 def test_cpu_sampling_verify(units: UnitCases, arms: Arms) -> None:
-    """0010: torch renorms keep the stock pytorch sampler's top-k/top-p sets (its real function; dyadic rows put a
+    """0009: torch renorms keep the stock pytorch sampler's top-k/top-p sets (its real function; dyadic rows put a
     cumulative mass exactly at top_p, where the sampler keeps the token: `<=`, not `<`); the torch tree sampler never
     accepts a draft without target mass and commits first tokens distributed as the target (chi-square,
     8,100 verifies); and the patched CPU engine verifies sampled requests with it (numerics class: lossless)."""
@@ -34,7 +34,7 @@ def test_cpu_sampling_verify(units: UnitCases, arms: Arms) -> None:
 
 
 def test_acceptance_stats_by_regime(units: UnitCases, arms: Arms) -> None:
-    """0011: bucketing and snapshot arithmetic; in the engine, the per-regime histograms equal the sum of the
+    """0010: bucketing and snapshot arithmetic; in the engine, the per-regime histograms equal the sum of the
     per-request histograms of the same requests, split by temperature bucket and workload label, and the greedy
     tokens stay identical to stock."""
     stock_unit, patched_unit = units.case("accept_stats")

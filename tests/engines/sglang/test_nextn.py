@@ -8,7 +8,7 @@ without speculation, on the ``intel_amx`` attention backend served by the stand-
 without it: see its docstring) and reports what the draft model is.
 
 Each arm runs one ``run_engine.py`` process: stock "plain" and "nextn"; patched "nextn_off" (no flag) and "nextn"
-(0010 ``SGLANG_OPT_CPU_SAMPLING_VERIFY`` + 0011 ``SGLANG_OPT_SPEC_ACCEPT_STATS``). Every speculative run serves the
+(0009 ``SGLANG_OPT_CPU_SAMPLING_VERIFY`` + 0010 ``SGLANG_OPT_SPEC_ACCEPT_STATS``). Every speculative run serves the
 same 8 requests in one batch: 4 prompts greedy (workload "code") and the same 4 at temperature 0.7, top-k 20,
 top-p 0.9 (workload "chat"). Four engine starts: minutes on 2 cores, so ``long``.
 """
@@ -122,7 +122,7 @@ def test_draft_is_the_checkpoints_nextn_layer(nextn: tuple[Path, dict[str, Any],
 
 def test_nextn_greedy_equals_plain_greedy(nextn: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
     """Greedy NEXTN decodes exactly as plain greedy on the same engine, on both wheels, also when the greedy requests
-    share the batch with sampled ones (with 0010 on, that batch takes the sampling verify); with the flags off the
+    share the batch with sampled ones (with 0009 on, that batch takes the sampling verify); with the flags off the
     patched wheel reproduces stock token for token, sampled requests included (same seed)."""
     _, stock, patched = nextn
     plain = tokens(stock["plain"])[:N]
@@ -136,7 +136,7 @@ def test_nextn_acceptance_statistics(
     nextn: tuple[Path, dict[str, Any], dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The real head is accepted part of the time (greedy: accept length strictly between 1 and 4); greedy
-    acceptance is identical on both wheels and flag settings (0010 and 0011 change no greedy decision); 0011's
+    acceptance is identical on both wheels and flag settings (0009 and 0010 change no greedy decision); 0010's
     per-regime histograms are the sums of the per-request histograms of the same requests."""
     _, stock, patched = nextn
     greedy = {
@@ -153,7 +153,7 @@ def test_nextn_acceptance_statistics(
     assert hist["on"] == hist["stock"] and hist["off"] == hist["stock"]
     length = _accept_length(greedy["stock"])
     assert 1.0 < length < 4.0
-    # 0010: the sampled rows are verified by sampling; stock's CPU verify samples only their first token and then
+    # 0009: the sampled rows are verified by sampling; stock's CPU verify samples only their first token and then
     # follows the greedy chain, and with the flag off the patched wheel does the same (asserted above)
     assert tokens(patched["nextn"])[N:] != tokens(stock["nextn"])[N:]
     assert regime_stats(stock["nextn"]) == [], "stock must not publish the statistics"
@@ -172,7 +172,7 @@ def test_nextn_acceptance_statistics(
                 "histogram": _hist_sum(stock["nextn"]["outputs"][N:]),
             },
         },
-        "patched 0010+0011": {
+        "patched 0009+0010": {
             f"{t}/{w}": {k: r[k] for k in sorted(r) if k not in ("temperature_bucket", "workload")}
             for (t, w), r in rows.items()
         },

@@ -8,7 +8,7 @@ CHI2_P_1E4 = {5: 25.74}  # chi-square critical values at p = 1e-4, by degrees of
 
 
 def test_packed_verify_broadcast(units: UnitCases) -> None:
-    """0004: two gloo ranks with different verify outputs end with rank 0's tensors, bit-equal between the
+    """0003: two gloo ranks with different verify outputs end with rank 0's tensors, bit-equal between the
     stock three broadcasts and the packed one."""
     stock, patched = units.case("packed_broadcast")
     assert stock["ref"]["rank0"] == stock["ref"]["rank1"]
@@ -16,7 +16,7 @@ def test_packed_verify_broadcast(units: UnitCases) -> None:
 
 
 def test_gumbel_topk_topp_sampling(units: UnitCases) -> None:
-    """0005: the exponential-race draw after top-k/top-p has the filtered distribution (chi-square, 200k draws),
+    """0004: the exponential-race draw after top-k/top-p has the filtered distribution (chi-square, 200k draws),
     never leaves the support, and top_k=1 is the argmax (numerics class: lossless)."""
     stock, patched = units.case("gumbel_topk_topp")
     assert patched["ref"] == stock["ref"] and stock["new"] is None

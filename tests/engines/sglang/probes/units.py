@@ -234,7 +234,7 @@ class _Launches:
         self._eu.verify_tree_greedy_func = self._saved
 
 
-# 0012 with --speculative-adaptive: the startup target verify graph runner (3 steps: draft width 4) and the runners
+# 0011 with --speculative-adaptive: the startup target verify graph runner (3 steps: draft width 4) and the runners
 # build_adaptive_runtime_state captures for other step counts through the same capture_tail_hooks (2 steps: width 3;
 # 5 steps: width 6), each with its own graph batch sizes.
 _VERIFY_RUNNERS = {"steps3": (4, (1, 4, 8)), "steps2": (3, (1, 4)), "steps5": (6, (4,))}
@@ -266,7 +266,7 @@ def _verify_step_inputs(
 
 @case
 def case_graph_verify_epilogue() -> dict[str, Any]:
-    """0012 in the engine's order: the epilogue registered as the worker does, every target verify graph of every
+    """0011 in the engine's order: the epilogue registered as the worker does, every target verify graph of every
     adaptive runner captured through ``capture_tail_hooks`` (as ``capture_one_shape`` calls them), then per step:
     the current runner swapped (``apply_runtime_state``), its graph replayed (the captured hooks run again on the
     step's padded inputs), ``attach_graph_verify_outputs`` (run_eagle_verify) and the real ``eagle_sample``. Stock
@@ -670,7 +670,7 @@ class _LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignor
 
 @case
 def case_fp8_lm_head() -> dict[str, Any]:
-    """0007 through the real LogitsProcessor._compute_lm_head on the tiny llama's lm_head weight: stock (flag off)
+    """0006 through the real LogitsProcessor._compute_lm_head on the tiny llama's lm_head weight: stock (flag off)
     vs the FP8 copy made by prepare_fp8_lm_heads as ModelRunner.initialize makes it."""
     weight = _tiny_lm_head_weight()
     g = torch.Generator().manual_seed(9)
@@ -718,7 +718,7 @@ def case_fp8_lm_head() -> dict[str, Any]:
 
 @case
 def case_fp8_lm_head_lifecycle() -> dict[str, Any]:
-    """0007: when the copy is made and what it costs (live storage bytes under a dispatch mode), the fp32-output
+    """0006: when the copy is made and what it costs (live storage bytes under a dispatch mode), the fp32-output
     contract of _compute_lm_head, and an online weight update through upstream's update_weights_from_tensor."""
     import ast
     import inspect
@@ -876,7 +876,7 @@ def _deep_gemm_layout_helpers() -> Iterator[None]:
 
 @case
 def case_splitk_ue8m0_scales() -> dict[str, Any]:
-    """0008 with the scales the linear really receives on SM100 + DeepGEMM from a checkpoint whose scales are not
+    """0007 with the scales the linear really receives on SM100 + DeepGEMM from a checkpoint whose scales are not
     UE8M0: ``process_weights_after_loading`` requants them with upstream ``requant_weight_ue8m0`` into packed int32
     (N, K/512), and ``dispatch_w8a8_block_fp8_linear(act_scale_ue8m0=False)`` builds the linear that gets them. The
     stock linear (DeepGEMM with its Triton fallback, which unpacks the int32 layout) is stood in by upstream's own
