@@ -115,7 +115,7 @@ def _future_map_resolve(needs_cpu_seq_lens: bool, cuda_layout: bool, steps: int 
     with census:
         if cuda_layout:
             overlap_utils._is_cuda = True
-            torch.get_device_module = lambda device=None: torch.cuda  # type: ignore[assignment]
+            torch.get_device_module = lambda device=None: torch.cuda
         try:
             fm = overlap_utils.FutureMap(
                 torch.device("cpu"), SpeculativeAlgorithm.EAGLE, pool, needs_cpu_seq_lens=needs_cpu_seq_lens
