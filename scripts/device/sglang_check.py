@@ -363,7 +363,9 @@ def run_probe(
         row: dict[str, Any] = {"report": None, "capture": None, "error": None}
         try:
             with cfg.active():
-                inst = cuda_census.instrument(ctx.dry_run, cpu_is_device=True)
+                # the dry run's CPU census counts multinomial as its kernel's ops, as the engine census does (a GPU
+                # trace sees those kernels anyway)
+                inst = cuda_census.instrument(ctx.dry_run, cpu_is_device=True, expand=("multinomial",))
                 ctx.inst = inst
                 region = PROBES[key](ctx, importlib.import_module, name)
                 with inst:

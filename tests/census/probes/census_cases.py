@@ -251,9 +251,8 @@ def c_multinomial(c: Census, x: torch.Tensor) -> Any:
 
 
 def c_multinomial_expanded(c: Census, x: torch.Tensor) -> Any:
-    torch.multinomial(
-        torch.ones(2, 3), 1
-    )  # here: Census(expand=("multinomial",)) counts its kernel's aten ops
+    # Census(expand=("multinomial",)) counts the aten ops of multinomial's kernel
+    torch.multinomial(torch.ones(2, 3), 1)  # here
 
 
 def c_cpu_is_device_upload(c: Census, x: torch.Tensor) -> Any:
