@@ -8,7 +8,9 @@
 # mechanism-gate self-test; since stop 28 the trained qwen3_5-mtp build (tests/tinymodels, 115 s) and ExLlamaV3's
 # SharedKVAttention ring run (45 s), which took the default suite to 26 minutes; since stop 29 SGLang's 0012 graph
 # epilogue run (tests/engines/sglang/test_cuda_graph.py, ~100 s) and mlx-lm 0029's real-model stall run
-# (tests/engines/mlx_lm/test_spec_stall.py). Same setup as scripts/test.sh.
+# (tests/engines/mlx_lm/test_spec_stall.py); the mlx-lm sampled-speculation runs on the hybrid target and with the
+# MTP head (tests/engines/mlx_lm/test_spec_sampling_hybrid.py and test_spec_sampling_mtp.py, ~3 minutes each). Same
+# setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"

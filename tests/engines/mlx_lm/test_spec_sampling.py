@@ -107,7 +107,7 @@ def results(arms: Arms, models: dict[str, str], drafter: str) -> dict[str, Any]:
     return out
 
 
-def _acceptance_ok(accepted: int, n: int, expected: float) -> bool:
+def acceptance_ok(accepted: int, n: int, expected: float) -> bool:
     se = math.sqrt(max(expected * (1 - expected), 1e-9) / n)
     return abs(accepted / n - expected) <= 4.5 * se
 
@@ -139,7 +139,7 @@ def test_speculative_sampling_matches_serial_distribution(results: dict[str, Any
             )
         n = results["spec"]["first_drafted"][name]
         assert n == RUNS
-        assert _acceptance_ok(results["spec"]["first_accept"][name], n, ref["accept_min"]), (
+        assert acceptance_ok(results["spec"]["first_accept"][name], n, ref["accept_min"]), (
             name,
             results["spec"]["first_accept"][name] / n,
             ref["accept_min"],
@@ -162,7 +162,7 @@ def test_speculative_accept_vectorised(results: dict[str, Any]) -> None:
         right, wrong = results["unit"][name]["right"], results["unit"][name]["wrong"]
         stat, df, p = chi_square_p(right["counts"], ref["p0"])
         assert p > ALPHA, f"{name}: speculative_accept vs p chi2={stat:.1f} df={df} p={p:.2e}"
-        assert _acceptance_ok(right["accepted"], UNIT_ROWS, ref["accept_min"]), (
+        assert acceptance_ok(right["accepted"], UNIT_ROWS, ref["accept_min"]), (
             name,
             right["accepted"] / UNIT_ROWS,
             ref["accept_min"],
@@ -180,6 +180,6 @@ def test_exact_match_acceptance_was_lossless_but_low(results: dict[str, Any]) ->
         stat, df, p = chi_square_p(exact["counts"][name][pos], ref[f"p{pos}"])
         assert p > ALPHA, f"exact-match position {pos} chi2={stat:.1f} df={df}"
     n = exact["first_drafted"][name]
-    assert _acceptance_ok(exact["first_accept"][name], n, ref["accept_exact"])
+    assert acceptance_ok(exact["first_accept"][name], n, ref["accept_exact"])
     assert ref["accept_exact"] < ref["accept_min"] - 0.2
     assert results["spec"]["first_accept"][name] / RUNS > exact["first_accept"][name] / n + 0.2

@@ -22,6 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 from probe_io import emit, log, read_payload
+from spec_hooks import without_step_capture
 
 _MODELS: dict[tuple[str, str], tuple[Any, Any]] = {}
 
@@ -250,33 +251,11 @@ def _run_one(case: dict[str, Any], ids: list[int]) -> dict[str, Any]:
     return out
 
 
-def _without_step_capture() -> Any:
-    """Make the gated-delta ops path ignore per-step state recording (the rollback falls back to a replay)."""
-    import mlx_lm.models.gated_delta as gd
-
-    original = gd.gated_delta_ops
-
-    def ops(
-        q: Any,
-        k: Any,
-        v: Any,
-        g: Any,
-        beta: Any,
-        state: Any = None,
-        mask: Any = None,
-        step_states: Any = None,
-    ) -> Any:
-        return original(q, k, v, g, beta, state, mask)
-
-    gd.gated_delta_ops = ops
-    return lambda: setattr(gd, "gated_delta_ops", original)
-
-
 def main() -> None:
     payload = read_payload()
     results: dict[str, Any] = {}
     for case in payload["cases"]:
-        undo = _without_step_capture() if case.get("no_step_capture") else None
+        undo = without_step_capture() if case.get("no_step_capture") else None
         try:
             results[case["id"]] = {"runs": [_run_one(case, ids) for ids in case["prompts"]]}
         except Exception as exc:
