@@ -92,7 +92,9 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
 
         mx.random.seed(0)
         opts["sampler"] = make_sampler(**req["sampler"])
-    model, tok = load(req["model"])
+    mtp = opts.get("draft_kind") == "mtp"
+    # `--draft-kind mtp` loads the model with its MTP head, as mlx_lm.generate and the server do
+    model, tok = load(req["model"], model_config={"keep_mtp": True} if mtp else None)
     census.tag_model(model, "verify" if scenario in ("spec-verify-step", "draft-round") else "main")
     base = tok.encode(
         req.get("prompt_text") or "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
@@ -108,7 +110,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         return mx.array(ids)
 
     if scenario == "decode-token":
-        prompt = prompt_of(8)
+        n_prompt = int(req.get("prompt_tokens", 8))
+        prompt = prompt_of(n_prompt)
         for _ in generate_step(
             prompt, model, max_tokens=steps + 2, **opts
         ):  # warm-up: compile traces, caches
@@ -120,7 +123,7 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         d = _diff(marks[1], marks[steps + 1], steps, "main")
         cf = marks[steps + 1]["calls"]["main"] - marks[1]["calls"]["main"]
         notes.append(
-            f"{steps} steady-state tokens (between the 2nd and the {steps + 2}th yield), prompt 8 tokens; "
+            f"{steps} steady-state tokens (between the 2nd and the {steps + 2}th yield), prompt {n_prompt} tokens; "
             f"{cf / steps:g} model forwards per token"
         )
         return _census_result(
@@ -152,8 +155,15 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         return _census_result(scenario, steps, d, 0.0, notes)
     if scenario in ("spec-verify-step", "draft-round"):
         k = int(req.get("num_draft", 3))
-        draft, _ = load(req.get("draft") or req["model"])
-        census.tag_model(draft, "draft")
+        if mtp:  # the model's own head drafts (no draft model); its forwards are the draft phase
+            from mlx_lm.models.mtp import has_mtp, mtp_owner
+
+            draft = None
+            if has_mtp(model):  # without one, speculative_generate_step says so
+                census.tag_model(mtp_owner(model).mtp, "draft")
+        else:
+            draft, _ = load(req.get("draft") or req["model"])
+            census.tag_model(draft, "draft")
         # a draft round runs past a bounded draft cache's window (--draft-max-kv-size 64 holds 64 + slack slots) and
         # past mlx-lm's first 256-slot KVCache block, so a bound on the drafter's cache shows in peak-memory
         n_prompt = int(req.get("prompt_tokens", DRAFT_ROUND_PROMPT if scenario == "draft-round" else 8))
@@ -183,11 +193,17 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         drafts = (b["calls"]["draft"] - a["calls"]["draft"]) / steps
         notes.append(
             f"{steps} rounds (the 2nd to the {steps + 1}th verify), k={k}, prompt {n_prompt} tokens, "
-            f"{'self-draft (the target loaded twice)' if not req.get('draft') else 'drafter ' + req['draft']}; "
+            f"{drafter_text(req, mtp)}; "
             f"{drafts:g} draft forwards per round; phase '{phase}' = the events after that model's forward"
         )
         return _census_result(scenario, steps, d, _compiled_fast(census, a, b, steps, phase), notes)
     raise ValueError(f"census: unknown scenario {scenario!r}")
+
+
+def drafter_text(req: CensusRequest, mtp: bool) -> str:
+    if mtp:
+        return "the model's own MTP head (--draft-kind mtp)"
+    return "self-draft (the target loaded twice)" if not req.get("draft") else "drafter " + req["draft"]
 
 
 def _compiled_fast(census: Census, a: dict[str, Any], b: dict[str, Any], steps: int, phase: str) -> float:
