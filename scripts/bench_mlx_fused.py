@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from overlay.check.envs import arms_for
+from overlay.check.stats import fmt_ratio, ratio_ci
 from overlay.fsutil import atomic_write_text
 
 PROBE = REPO / "tests" / "engines" / "mlx_lm" / "probes" / "fused_bench.py"
@@ -114,6 +115,21 @@ def _sampler(
         p = [r["sampler"][key] for r in pa]
         lines.append(_row(key, s, p, 1e3, "ms"))
         report["sampler"][key] = {"stock_s": s, "patched_s": p, "ratio": _median_ratio(s, p)}
+    # Patch 0006 alone: the patched arm's chain with its compiled call turned off (MLX_LM_FUSED_SAMPLER=0, set as
+    # the module global in-process) against the default, per repetition in the same process.
+    lines.append(
+        "0006 alone, patched arm: unfused chain (MLX_LM_FUSED_SAMPLER=0) / default, paired per repetition"
+    )
+    for key in [k for k in pa[0]["sampler"] if "-unfused@" in k]:
+        fused_key = key.replace("-unfused@", "@")
+        off = [r["sampler"][key] for r in pa]
+        on = [r["sampler"][fused_key] for r in pa]
+        ci = ratio_ci(off, on)  # off / on: above 1 when the compiled chain is faster
+        lines.append(
+            f"  {fused_key:<34} {statistics.median(off) * 1e3:>10.3f} {statistics.median(on) * 1e3:>10.3f} "
+            f"{'ms':<6} {fmt_ratio(ci, 3, 'x')}"
+        )
+        report["sampler"][f"0006:{fused_key}"] = {"off_s": off, "on_s": on, "ratio_ci": ci}
 
 
 def _indexer(

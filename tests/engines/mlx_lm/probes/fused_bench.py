@@ -33,14 +33,17 @@ def _decode(model: Any, tokens: int) -> tuple[float, float]:
 def _sampler(vocab: list[int], reps: int) -> dict[str, Any]:
     from mlx_lm.sample_utils import make_sampler
 
-    configs = {
-        "chain": ({"temp": 0.7, "top_p": 0.9, "min_p": 0.05, "top_k": 40}, {}),
-        "chain+preselect": (
-            {"temp": 0.7, "top_p": 0.9, "min_p": 0.05, "top_k": 40},
-            {"MLX_LM_TOPK_PRESELECT": "1"},
-        ),
+    chain = {"temp": 0.7, "top_p": 0.9, "min_p": 0.05, "top_k": 40}
+    unfused = {
+        "globals": {"mlx_lm.sample_utils:FUSED_SAMPLER": False}
+    }  # patch 0006 off (stock: no such global)
+    configs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "chain": (chain, {}),
+        "chain-unfused": (chain, unfused),
+        "chain+preselect": (chain, {"env": {"MLX_LM_TOPK_PRESELECT": "1"}}),
         "top_p": ({"temp": 0.7, "top_p": 0.9}, {}),
-        "top_p+candidates": ({"temp": 0.7, "top_p": 0.9}, {"MLX_LM_TOPP_CANDIDATES": "1024"}),
+        "top_p-unfused": ({"temp": 0.7, "top_p": 0.9}, unfused),
+        "top_p+candidates": ({"temp": 0.7, "top_p": 0.9}, {"env": {"MLX_LM_TOPP_CANDIDATES": "1024"}}),
     }
     rng = np.random.default_rng(0)
     out: dict[str, Any] = {}
@@ -49,8 +52,8 @@ def _sampler(vocab: list[int], reps: int) -> dict[str, Any]:
         logits = mx.array((rng.standard_normal((1, V)) * 4.0).astype(np.float32))
         lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         mx.eval(lp)
-        for name, (kw, env) in configs.items():
-            with settings({"env": env}):
+        for name, (kw, spec) in configs.items():
+            with settings(spec):
                 sampler = make_sampler(**kw)
                 for _ in range(3):
                     mx.eval(sampler(lp))
