@@ -1,9 +1,12 @@
 """Stock vs patched mlx-lm on an Apple-silicon Mac (Metal): serial vs draft model vs MTP, k = 1..3, T = 0 and 0.7.
 
-    scripts/mac_check.sh --model MODEL [--draft-model DRAFT] [--mtp-model MTP_MODEL] [--out FILE.json]
+    scripts/mac_check.sh --model MODEL [--draft-model DRAFT] [--mtp-model MTP_MODEL | --mtp-drafter DRAFTER]
+                         [--out FILE.json]
 
-MODEL, DRAFT and MTP_MODEL are local folders or Hub repo ids (MTP_MODEL: a checkpoint converted with
-``mlx_lm.convert --keep-mtp``; defaults to MODEL). The script
+MODEL, DRAFT, MTP_MODEL and DRAFTER are local folders or Hub repo ids. The MTP cases draft with an MTP head: that of
+MTP_MODEL (a checkpoint whose own files carry it, e.g. converted with ``mlx_lm.convert --keep-mtp``; defaults to MODEL),
+or DRAFTER, a split MTP drafter folder (``model_type`` ``*_mtp``: the mlx-community ``*-MTP-*`` repos, mlx-vlm's
+splitters) loaded as MODEL's head (``model_config={"mtp_path": DRAFTER}``, patch 0027). The script
 
 1. builds the patched wheel (``overlay apply mlx-lm``) and two venvs under ``--workdir`` (default
    ``build/mac-check``): ``stock`` (``mlx-lm==<pin>`` from PyPI) and ``patched`` (the wheel), both with ``mlx``
@@ -14,9 +17,12 @@ MODEL, DRAFT and MTP_MODEL are local folders or Hub repo ids (MTP_MODEL: a check
    emitted tokens), tokens per verify, the speedup against the same arm's serial decoding and against stock serial,
    and at T = 0 whether the tokens are byte-identical to stock serial decoding.
 
-``--dry-run`` prints the plan (venvs, install commands, cases) as JSON and runs nothing; ``--stock-python`` /
-``--patched-python`` use existing interpreters instead of building venvs (so the harness also runs on Linux with
-``mlx[cpu]``, as tests/test_mac_check.py does). Standard library only.
+``--dry-run`` prints the plan (venvs, install commands, cases, preconditions) as JSON and runs nothing;
+``--stock-python`` / ``--patched-python`` use existing interpreters instead of building venvs (so the harness also
+runs on Linux with ``mlx[cpu]``, as tests/engines/mlx_lm/test_mac_check.py does). Standard library only. Before
+anything is installed it checks its preconditions (exit 2, naming what is missing and how to get it): Python >= 3.11
+(scripts/mac_check.sh checks it before this file is read), the overlay venv that builds the patched wheel (``--overlay``,
+default ``.venv/bin/overlay``) when no ``--patched-python`` is given, and an Apple-silicon Mac when venvs are built.
 """
 
 from __future__ import annotations
@@ -60,6 +66,18 @@ def _cases(args: argparse.Namespace, arm: str) -> list[dict[str, Any]]:
     return cases
 
 
+def _problems(args: argparse.Namespace) -> list[str]:
+    """The preconditions a real run would fail on, each with its fix (empty: none)."""
+    out = []
+    if not args.patched_python and not Path(args.overlay).is_file():
+        out.append(
+            f"the overlay venv that builds the patched wheel is missing ({args.overlay}): run "
+            "`python3 -m venv .venv && .venv/bin/pip install -e .` in the repository, pass --overlay PATH, or "
+            "pass --patched-python"
+        )
+    return out
+
+
 def _plan(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.workdir)
     pin = _pin()
@@ -70,14 +88,7 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
             [f"{venvs['stock']}/bin/pip", "install", "mlx", f"mlx-lm=={pin}"],
         ],
         "patched": [
-            [
-                str(ROOT / ".venv" / "bin" / "overlay"),
-                "apply",
-                "mlx-lm",
-                "--out",
-                str(work / "wheels"),
-                "--json",
-            ],
+            [str(args.overlay), "apply", "mlx-lm", "--out", str(work / "wheels"), "--json"],
             [sys.executable, "-m", "venv", venvs["patched"]],
             [f"{venvs['patched']}/bin/pip", "install", "mlx", f"{work / 'wheels'}/mlx_lm-*.whl"],
         ],
@@ -90,6 +101,11 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
         "install": {arm: cmds for arm, cmds in install.items() if not pythons[arm]},
         "pythons": {arm: pythons[arm] or f"{venvs[arm]}/bin/python" for arm in venvs},
         "cases": {arm: _cases(args, arm) for arm in venvs},
+        "mtp": {"model": args.mtp_model or args.model}
+        if not args.mtp_drafter
+        else {"drafter": args.mtp_drafter},
+        "python": platform.python_version(),
+        "problems": _problems(args),
         "out": args.out,
     }
 
@@ -144,7 +160,8 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "model": args.model,
         "draft_model": args.draft_model,
-        "mtp_model": args.mtp_model or args.model,
+        "mtp_model": None if args.mtp_drafter else args.mtp_model or args.model,
+        "mtp_drafter": args.mtp_drafter,
         "tokens": args.tokens,
         "ks": args.ks,
         "temps": args.temps,
@@ -187,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--draft-model")
-    ap.add_argument("--mtp-model")
+    ap.add_argument("--mtp-model", help="a checkpoint with its MTP head in its own files (default: --model)")
+    ap.add_argument(
+        "--mtp-drafter",
+        help="a split MTP drafter folder or repo (model_type *_mtp), loaded as --model's head",
+    )
     ap.add_argument("--no-mtp", action="store_true", help="skip the MTP cases (a model without an MTP head)")
     ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     ap.add_argument("--temps", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 0.7])
@@ -200,12 +221,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "build" / "reports" / "mac-check.json"))
     ap.add_argument("--stock-python", help="an interpreter with stock mlx-lm (no venv is built)")
     ap.add_argument("--patched-python", help="an interpreter with the patched mlx-lm (no venv is built)")
+    ap.add_argument(
+        "--overlay",
+        default=str(ROOT / ".venv" / "bin" / "overlay"),
+        help="the overlay command that builds the patched wheel (default: the repository's .venv)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the plan as JSON; install and run nothing")
     args = ap.parse_args(argv)
+    if args.mtp_model and args.mtp_drafter:
+        print(
+            "mac_check: --mtp-model and --mtp-drafter both name the MTP head; pass one (--mtp-drafter: a split "
+            f"*_mtp drafter loaded as the head of --model; got --mtp-model {args.mtp_model} --mtp-drafter "
+            f"{args.mtp_drafter})",
+            file=sys.stderr,
+        )
+        return 2
     plan = _plan(args)
     if args.dry_run:
         print(json.dumps(plan, indent=1))
         return 0
+    if plan["problems"]:
+        for problem in plan["problems"]:
+            print(f"mac_check: {problem}", file=sys.stderr)
+        return 2
     if plan["install"] and not plan["mac"]:
         print(
             "mac_check: building Metal venvs needs an Apple-silicon Mac (got "
@@ -219,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "draft_model": args.draft_model,
         "mtp_model": args.mtp_model or args.model,
+        "mtp_drafter": args.mtp_drafter,
         "prompts": args.prompt or PROMPTS,
         "tokens": args.tokens,
         "seeds": args.seeds,

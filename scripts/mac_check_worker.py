@@ -1,6 +1,7 @@
 """Worker of scripts/mac_check.py: runs generation cases in one interpreter (a stock or a patched mlx-lm venv).
 
-Reads a JSON payload on stdin: {"model", "draft_model" | null, "mtp_model" | null, "prompts": [text, ...],
+Reads a JSON payload on stdin: {"model", "draft_model" | null, "mtp_model" | null, "mtp_drafter" | null (a split
+MTP drafter folder: the MTP cases load it as the head of "model"), "prompts": [text, ...],
 "tokens": n, "seeds": [s, ...], "cases": [{"id", "kind": "serial" | "serial-mtp" | "draft" | "mtp", "k", "temp"}]}.
 Prints one JSON document: {"mlx_lm": version, "mlx": version, "device": default device, "cases": {id: {"runs":
 [{"prompt", "seed", "tokens", "from_draft", "decode_tps", "seconds"}], "error"?}}}. Standard library + mlx-lm only.
@@ -23,12 +24,15 @@ def main() -> None:
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    loaded: dict[tuple[str, bool], Any] = {}
+    loaded: dict[tuple[str, bool, str | None], Any] = {}
 
-    def get(path: str, keep_mtp: bool = False) -> Any:
-        key = (path, keep_mtp)
+    def get(path: str, keep_mtp: bool = False, mtp_path: str | None = None) -> Any:
+        key = (path, keep_mtp, mtp_path)
         if key not in loaded:
-            loaded[key] = load(path, model_config={"keep_mtp": True}) if keep_mtp else load(path)
+            config: dict[str, Any] = (
+                {"mtp_path": mtp_path} if mtp_path else {"keep_mtp": True} if keep_mtp else {}
+            )
+            loaded[key] = load(path, model_config=config) if config else load(path)
         return loaded[key]
 
     out: dict[str, Any] = {
@@ -41,7 +45,10 @@ def main() -> None:
         runs = []
         try:
             kwargs: dict[str, Any] = {}
-            if case["kind"] == "mtp":
+            if case["kind"] == "mtp" and payload.get("mtp_drafter"):
+                model, tok = get(payload["model"], mtp_path=payload["mtp_drafter"])
+                kwargs = {"draft_kind": "mtp", "num_draft_tokens": case["k"]}
+            elif case["kind"] == "mtp":
                 model, tok = get(payload["mtp_model"], keep_mtp=True)
                 kwargs = {"draft_kind": "mtp", "num_draft_tokens": case["k"]}
             elif case["kind"] == "serial-mtp":
