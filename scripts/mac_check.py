@@ -131,7 +131,8 @@ def _run_arm(python: str, payload: dict[str, Any]) -> dict[str, Any]:
     proc = subprocess.run([python, str(WORKER)], input=json.dumps(payload), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"mac_check: the worker failed in {python}:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _summarise(case: dict[str, Any], k: int) -> dict[str, Any]:

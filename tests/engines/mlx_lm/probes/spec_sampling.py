@@ -88,7 +88,8 @@ def _probs_rows(cfg: dict[str, Any], contexts: list[list[int]], logits: mx.array
 
 def _probs(cfg: dict[str, Any], context: list[int], logits: mx.array) -> np.ndarray:
     """Serial sampling's distribution for one row of logits (1 x V)."""
-    return _probs_rows(cfg, [context], logits)[0]
+    row: np.ndarray = _probs_rows(cfg, [context], logits)[0]
+    return row
 
 
 def _last_logits(model: Any, rows: list[list[int]]) -> mx.array:
