@@ -78,6 +78,17 @@ def c_bool_mask_index(c: Census, x: torch.Tensor) -> Any:
     x[m]  # here
 
 
+def c_bool_mask_put_tensor(c: Census, x: torch.Tensor) -> Any:
+    m = x > 2
+    v = torch.zeros(())
+    x[m] = v  # here
+
+
+def c_bool_mask_fill(c: Census, x: torch.Tensor) -> Any:
+    m = x > 2
+    x[m] = 0.0  # here
+
+
 def c_int_index(c: Census, x: torch.Tensor) -> Any:
     idx = torch.arange(2)
     x[idx]  # here

@@ -235,6 +235,24 @@ class FunctionMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped
         return func(*args, **kwargs)
 
 
+def _fills_a_mask(c: Census, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``x[mask] = scalar`` as ATen runs it: ``index_put_`` with one bool/uint8 index, no accumulate and a one-element
+    value on the host is dispatched to ``masked_fill_`` (``can_dispatch_to_masked_fill``, TensorAdvancedIndexing), which
+    reads no mask count back; any other value (a device tensor, several elements) takes ``nonzero`` and syncs."""
+    if name != "index_put_" or len(args) < 3 or not isinstance(args[2], torch.Tensor):
+        return False
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    indices = [i for i in args[1] if i is not None]
+    value = args[2]
+    return (
+        not accumulate
+        and len(indices) == 1
+        and indices[0].dtype in (torch.bool, torch.uint8)
+        and value.numel() == 1
+        and not c.is_device(value)
+    )
+
+
 class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
     """Every aten op: host syncs by op, copies between placements, launches, allocations."""
 
@@ -262,7 +280,9 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
                 c._sync(f"aten.{name}", nbytes)
             elif torch.Tag.dynamic_output_shape in tags or name == "index_put_":
                 masked = any(t.dtype in (torch.bool, torch.uint8) for t in tensors_in(args[1:]))
-                if name not in ("index", "index_put_") or masked:
+                if (name not in ("index", "index_put_") or masked) and not _fills_a_mask(
+                    c, name, args, kwargs
+                ):
                     site = call_site()
                     c.count("host-syncs", kind=f"aten.{name}", site=site)
                     c._violation(f"data-dependent shape (aten.{name})", site)
@@ -311,6 +331,8 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
                     c.mark_host(t)
         elif func.is_view and inputs:
             base = "device" if c.is_device(inputs[0]) else ("pinned" if c.is_pinned(inputs[0]) else "host")
+            if name == "lift_fresh" and inputs[0] not in c._place:
+                base = "host"  # a tensor made in C++ from Python data (x[mask] = 0.0's value): host memory on CUDA too
             for t in outs:
                 c._place[t] = base
         if (
