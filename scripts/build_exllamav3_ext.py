@@ -15,29 +15,47 @@ missing one otherwise. The architecture list comes from --arch-list, else TORCH_
 GPUs (exit 2 when none). The extension is ABI-bound to the torch build that compiled it: INFO records torch, CUDA,
 nvcc, the architectures and the flags (overlay apply copies it into overlay.json under "prebuilt").
 
-A second mode checks that translation units compile, without linking, and works with CPU torch (whose wheel ships
-the ATen/c10 CUDA headers but not c10/cuda/impl/cuda_cmake_macros.h, which this mode supplies), given nvcc and the
-CUDA library headers (cuBLAS, cuSPARSE, cuSOLVER, cuRAND; --include DIR when the toolkit lacks them):
+A second mode compiles translation units without linking, for sm_90 by default, with ptxas' resource usage (registers,
+stack frame, spill stores and loads per kernel), and works with CPU torch (whose wheel ships the ATen/c10 CUDA headers
+but not c10/cuda/impl/cuda_cmake_macros.h, which this mode supplies), given nvcc and the CUDA library headers that
+ATen/cuda/CUDAContextLight.h includes (cuBLAS, cuSPARSE, cuSOLVER; cuRAND for the sampling kernels): --include DIR when
+the toolkit lacks them (--fetch-cuda-headers fetches them). With --against STOCK_TREE the units can be derived from
+the difference of the two trees (--select) and each CUDA unit's kernels are compared with the stock tree's (compiled for
+the device only: its host code is upstream's): a kernel that spills where stock did not, or more than stock did, fails
+the check (exit 4).
 
     python scripts/build_exllamav3_ext.py --tree TREE --compile-check generator/gumbel.cu bindings.cpp \\
-        [--include DIR] [--arch-list 9.0] [--report FILE.json]
+        [--include DIR] [--arch-list 9.0] [--report FILE.json] [--jobs N]
+    python scripts/build_exllamav3_ext.py --tree PATCHED --against STOCK --compile-check --select changed \\
+        --suffix .cu [--include DIR] [--report FILE.json]      # every changed .cu, patched vs stock
+    python scripts/build_exllamav3_ext.py --fetch-cuda-headers DIR  # the pinned nvidia-* wheels' headers, cached
 
-Exit codes: 0 built (or every unit compiled), 1 a compiler failed, 2 a prerequisite or an argument is missing.
+--select: ``changed`` (the translation units the series changes), ``rebuild`` (those and every unit including a changed
+header: what an incremental build recompiles), ``define`` (the units whose includes read a macro of the tree's
+build-time defines, util/cuda_flags.py ovl_build_defines(): with EXL3_OVL_BSZN=16 set, the units -DEXL3_OVL_MAX_BSZN=16
+changes).
+
+Exit codes: 0 built (or every unit compiled, no new spills), 1 a compiler failed, 2 a prerequisite or an argument is
+missing, 4 a kernel of the tree spills where the --against tree's did not (or more).
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -103,6 +121,13 @@ def find_nvcc(cuda_flags: ModuleType, torch: Any) -> list[str]:
     return list(nvcc)
 
 
+def build_defines(cuda_flags: ModuleType) -> list[str]:
+    """The tree's build-time preprocessor defines (``ovl_build_defines()`` of a patched util/cuda_flags.py, which
+    follows the overlay's build-time flags in the environment; a stock tree has none)"""
+    defines = getattr(cuda_flags, "ovl_build_defines", None)
+    return [str(d) for d in defines()] if callable(defines) else []
+
+
 def nvcc_version(nvcc: list[str]) -> str:
     try:
         out = subprocess.run(
@@ -163,6 +188,11 @@ def build(args: argparse.Namespace) -> int:
     sources = cuda_flags.extension_sources(str(src), hip=False)
     cflags = ["-Ofast"]
     cuda_cflags = list(cuda_flags.cuda_cflags())
+    # the tree's build-time defines (the patched tree's util/cuda_flags.py ovl_build_defines(): EXL3_OVL_BSZN=16 ->
+    # -DEXL3_OVL_MAX_BSZN=16), for both compilers, as the patched ext.py passes them to its JIT build
+    defines = build_defines(cuda_flags)
+    cflags += defines
+    cuda_cflags += defines
     if host_cxx := os.environ.get("CUDAHOSTCXX"):
         cuda_cflags += ["-ccbin", host_cxx]
     build_dir = (
@@ -201,6 +231,7 @@ def build(args: argparse.Namespace) -> int:
             "sources": len(sources),
             "cflags": cflags,
             "cuda_cflags": cuda_cflags,
+            "defines": defines,
             "build_seconds": round(seconds, 1),
         }
         _write_json(Path(args.info), info)
@@ -243,27 +274,268 @@ def cuda_include(nvcc: list[str], torch: Any) -> Path:
     )
 
 
+# --- which translation units: the difference of two trees and the include graph ------------------------------------
+
+SOURCE_SUFFIXES = (".c", ".cpp", ".cu")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def changed_files(stock_dir: Path, patched_dir: Path) -> dict[str, list[str]]:
+    """Files of the extension folder the patched tree adds, changes or removes (relative paths)."""
+
+    def listing(d: Path) -> dict[str, Path]:
+        return {
+            p.relative_to(d).as_posix(): p
+            for p in d.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+
+    s, p = listing(stock_dir), listing(patched_dir)
+    return {
+        "added": sorted(set(p) - set(s)),
+        "removed": sorted(set(s) - set(p)),
+        "changed": sorted(k for k in set(s) & set(p) if not filecmp.cmp(s[k], p[k], shallow=False)),
+    }
+
+
+def dependent_units(src: Path, touched: set[str]) -> list[str]:
+    """Translation units under ``src`` that are ``touched`` or include a touched file, directly or not (quoted
+    includes, resolved against the including file's folder and ``src``): what ninja's depfiles rebuild."""
+    files = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file()}
+    includes: dict[str, set[str]] = {}
+    root = src.resolve()
+    for rel, path in files.items():
+        if path.suffix not in (".c", ".cpp", ".cu", ".h", ".cuh", ".hpp", ".inc"):
+            continue
+        deps = set()
+        for inc in INCLUDE.findall(path.read_text(errors="replace")):
+            for base in (path.parent, src):
+                cand = (base / inc).resolve()
+                if cand.is_file() and cand.is_relative_to(root):
+                    deps.add(cand.relative_to(root).as_posix())
+                    break
+        includes[rel] = deps
+    dirty = set(touched)
+    grew = True
+    while grew:
+        grew = False
+        for rel, deps in includes.items():
+            if rel not in dirty and deps & dirty:
+                dirty.add(rel)
+                grew = True
+    return sorted(r for r in dirty if r.endswith(SOURCE_SUFFIXES) and r in files)
+
+
+def select_units(src: Path, stock_src: Path, how: str, defines: list[str]) -> list[str]:
+    """The translation units of ``src`` (CUDA build: nothing under rocm/) that --select ``how`` names."""
+    diff = changed_files(stock_src, src)
+    touched = set(diff["added"]) | set(diff["changed"])
+    if how == "changed":
+        units = sorted(u for u in touched if u.endswith(SOURCE_SUFFIXES))
+    elif how == "rebuild":
+        units = dependent_units(src, touched)
+    elif how == "define":
+        macros = [d[2:].split("=", 1)[0] for d in defines if d.startswith("-D")]
+        if not macros:
+            raise Missing(
+                "--select define: the tree has no build-time define in this environment (util/cuda_flags.py "
+                "ovl_build_defines() returned none): set the flag it follows, e.g. EXL3_OVL_BSZN=16"
+            )
+        readers = {
+            p.relative_to(src).as_posix()
+            for p in src.rglob("*")
+            if p.is_file() and any(m in p.read_text(errors="replace") for m in macros)
+        }
+        units = dependent_units(src, readers)
+    else:
+        raise Missing(f"--select {how!r}: expected changed, rebuild or define")
+    return [u for u in units if not u.startswith("rocm/")]
+
+
+# --- ptxas resource usage ---------------------------------------------------------------------------------------------
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(text: str) -> list[dict[str, Any]]:
+    """Per function of ptxas' verbose output (-Xptxas -v): name (mangled), arch, entry (a kernel) or not, registers,
+    barriers, smem bytes (kernels), stack frame, spill stores and spill loads (bytes)."""
+    funcs: dict[str, dict[str, Any]] = {}
+    entry: dict[str, Any] | None = None
+    props: dict[str, Any] | None = None
+    arch = None
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            arch = m.group(2)
+            entry = funcs.setdefault(m.group(1), {"name": m.group(1), "arch": arch, "entry": True})
+            props = None
+        elif m := _PROPS.search(line):
+            props = funcs.setdefault(m.group(1), {"name": m.group(1), "arch": arch, "entry": False})
+        elif (m := _FRAME.search(line)) and props is not None:
+            props.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            props = None
+        elif (m := _USED.search(line)) and entry is not None:
+            entry["registers"] = int(m.group(1))
+            b, sm = _BARRIERS.search(line), _SMEM.search(line)
+            entry["barriers"] = int(b.group(1)) if b else 0
+            entry["smem"] = int(sm.group(1)) if sm else 0
+            entry = None
+    return list(funcs.values())
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    """C++ names through c++filt (anonymous namespaces lose their per-file hash); the mangled name where it is
+    missing."""
+    tool = shutil.which("c++filt")
+    if not names or not tool:
+        return {n: n for n in names}
+    proc = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, check=False)
+    out = proc.stdout.splitlines()
+    return dict(zip(names, out)) if proc.returncode == 0 and len(out) == len(names) else {n: n for n in names}
+
+
+def function_key(demangled: str) -> str:
+    """A demangled function's name without its parameter list (a patch that adds a parameter keeps the key)."""
+    if not demangled.endswith(")"):
+        return demangled
+    depth = 0
+    for i in range(len(demangled) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(demangled[i], 0)
+        if depth == 0:
+            return demangled[:i]
+    return demangled
+
+
+def _usage(f: dict[str, Any] | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {k: f.get(k) for k in ("registers", "stack", "spill_stores", "spill_loads", "barriers", "smem")}
+
+
+def compare_functions(
+    unit: str, patched: list[dict[str, Any]], stock: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """One row per function of the patched unit, matched with stock's by demangled signature, else by name without
+    parameters (unique on both sides); ``new_spill``: it spills and stock's did not (or less), or it is new and
+    spills. Stock functions the patched unit no longer has get a row with ``patched`` None."""
+    names = demangle([f["name"] for f in patched] + [f["name"] for f in stock or []])
+    rest = {names[f["name"]]: f for f in stock or []}
+    rows = []
+    pending = []
+    for f in patched:
+        full = names[f["name"]]
+        if full in rest:
+            rows.append((f, rest.pop(full)))
+        else:
+            pending.append(f)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for s in rest.values():
+        by_key.setdefault(function_key(names[s["name"]]), []).append(s)
+    keys_patched = [function_key(names[f["name"]]) for f in pending]
+    for f, key in zip(pending, keys_patched):
+        cands = by_key.get(key, [])
+        if len(cands) == 1 and keys_patched.count(key) == 1:
+            s = cands.pop()
+            rest.pop(names[s["name"]])
+            rows.append((f, s))
+        else:
+            rows.append((f, None))
+    out = []
+    for f, s in rows:
+        spills = (f.get("spill_stores") or 0, f.get("spill_loads") or 0)
+        base = (s.get("spill_stores") or 0, s.get("spill_loads") or 0) if s else (0, 0)
+        out.append(
+            {
+                "unit": unit,
+                "function": function_key(names[f["name"]]),
+                "signature": names[f["name"]],
+                "entry": f["entry"],
+                "arch": f.get("arch"),
+                "stock": _usage(s) if stock is not None else None,
+                "patched": _usage(f),
+                "matched": s is not None,
+                "new_spill": spills[0] > base[0] or spills[1] > base[1],
+            }
+        )
+    for s in rest.values():
+        out.append(
+            {
+                "unit": unit,
+                "function": function_key(names[s["name"]]),
+                "signature": names[s["name"]],
+                "entry": s["entry"],
+                "arch": s.get("arch"),
+                "stock": _usage(s),
+                "patched": None,
+                "matched": False,
+                "new_spill": False,
+            }
+        )
+    return out
+
+
+# --- compiling ---------------------------------------------------------------------------------------------------------
+
+
+def _compile(cmd: list[str], label: str, unit: str, mode: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    text = proc.stderr + proc.stdout
+    errors = [line for line in text.splitlines() if " error" in line or "error:" in line]
+    if proc.returncode != 0 and not errors:
+        errors = text.strip().splitlines()[-20:]
+    return {
+        "tree": label,
+        "unit": unit,
+        "mode": mode,
+        "ok": proc.returncode == 0,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "errors": errors[:20],
+        "functions": parse_ptxas(text) if unit.endswith(".cu") else [],
+    }
+
+
 def compile_check(args: argparse.Namespace) -> int:
-    """Compile the named translation units (paths relative to exllamav3/exllamav3_ext) to objects, no link."""
+    """Compile translation units (paths relative to exllamav3/exllamav3_ext) to objects, no link; with --against,
+    each CUDA unit's kernels against the other tree's (device code only there)."""
     tree = Path(args.tree).resolve()
     cuda_flags = load_cuda_flags(tree)
     src = sources_dir(tree)
+    stock_tree = Path(args.against).resolve() if args.against else None
+    stock_src = sources_dir(stock_tree) if stock_tree else None
+    defines = build_defines(cuda_flags)
+    if args.select:
+        if stock_src is None:
+            raise Missing("--select needs --against STOCK_TREE (the tree the units are selected against)")
+        names = select_units(src, stock_src, args.select, defines)
+    else:
+        names = list(args.compile_check)
+    if args.suffix:
+        names = [n for n in names if n.endswith(tuple(args.suffix))]
+    if not names:
+        raise Missing(
+            "no translation unit to compile: name units after --compile-check, or --select with --against"
+        )
+    for name in names:
+        if not (src / name).is_file():
+            raise Missing(f"{src / name} not found (units are paths under {src})")
     torch = import_torch()
     nvcc = find_nvcc(cuda_flags, torch)
     archs = (args.arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0").split(";")
-    units = [src / rel for rel in args.compile_check]
-    for unit in units:
-        if not unit.is_file():
-            raise Missing(f"{unit} not found (units are paths under {src})")
     work = Path(tempfile.mkdtemp(prefix="exl3-check-"))
-    includes = [str(src), *_torch_includes(torch), sysconfig.get_paths()["include"], *args.include]
+    common = [*_torch_includes(torch), sysconfig.get_paths()["include"], *args.include]
     if not torch.version.cuda:
         shim = work / "shim" / "c10" / "cuda" / "impl"
         shim.mkdir(parents=True)
         (shim / "cuda_cmake_macros.h").write_text(CMAKE_MACROS)
-        includes.append(str(work / "shim"))
-    includes.append(str(cuda_include(nvcc, torch)))
-    defines = [
+        common.append(str(work / "shim"))
+    common.append(str(cuda_include(nvcc, torch)))
+    base_defines = [
         "-DTORCH_API_INCLUDE_EXTENSION_H",
         f"-DTORCH_EXTENSION_NAME={EXTENSION}",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
@@ -282,76 +554,237 @@ def compile_check(args: argparse.Namespace) -> int:
         "-std=c++20",
         "-Xcompiler",
         "-fPIC",
+        "-Xptxas",
+        "-v",
     ]
-    results = []
-    for unit in units:
-        obj = work / (unit.relative_to(src).as_posix().replace("/", "_") + ".o")
-        inc = [f"-I{p}" for p in includes]
+
+    def command(root: Path, flags_module: ModuleType, name: str, mode: str) -> list[str]:
+        unit = root / name
+        out = work / f"{id(root)}-{name.replace('/', '_')}.{'cubin' if mode == 'device' else 'o'}"
+        inc = [f"-I{p}" for p in (root, *common)]
+        tree_defines = [*base_defines, *build_defines(flags_module)]
         if unit.suffix == ".cu":
-            cmd = [
+            return [
                 *nvcc,
-                "-c",
+                "-cubin" if mode == "device" else "-c",
                 str(unit),
                 "-o",
-                str(obj),
+                str(out),
                 *inc,
-                *defines,
+                *tree_defines,
                 *nvcc_common,
                 *gencode,
-                *cuda_flags.cuda_cflags(),
+                *flags_module.cuda_cflags(),
             ]
-        else:
-            cxx = os.environ.get("CXX", "c++")
-            cmd = [cxx, "-c", str(unit), "-o", str(obj), *inc, *defines, "-std=c++20", "-fPIC", "-O1", "-w"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        errors = [line for line in proc.stderr.splitlines() if " error" in line or "error:" in line]
-        results.append(
-            {
-                "unit": unit.relative_to(src).as_posix(),
-                "ok": proc.returncode == 0,
-                "seconds": round(time.perf_counter() - t0, 1),
-                "errors": errors[:20],
-            }
-        )
-        state = "ok" if proc.returncode == 0 else "FAILED"
-        print(f"compile-check: {results[-1]['unit']}: {state} ({results[-1]['seconds']} s)")
-        for line in errors[:20]:
+        cxx = os.environ.get("CXX", "c++")
+        return [cxx, "-c", str(unit), "-o", str(out), *inc, *tree_defines, "-std=c++20", "-fPIC", "-O1", "-w"]
+
+    stock_flags = load_cuda_flags(stock_tree) if stock_tree else None
+    jobs: list[tuple[str, str, str, list[str]]] = []
+    # the tree's units in full (host and device code; --device-only: nvcc's front end over the whole unit, host code
+    # included, and ptxas, without the host compiler's pass); the biggest first, so the longest compile starts first
+    mode = "device" if args.device_only else "full"
+    for name in sorted(names, key=lambda n: -(src / n).stat().st_size):
+        unit_mode = mode if name.endswith(".cu") else "full"
+        jobs.append(("tree", name, unit_mode, command(src, cuda_flags, name, unit_mode)))
+    if stock_src is not None and stock_flags is not None:
+        for name in names:
+            if name.endswith(".cu") and (stock_src / name).is_file():
+                jobs.append(("against", name, "device", command(stock_src, stock_flags, name, "device")))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs or os.cpu_count() or 1)) as pool:
+        done = list(pool.map(lambda j: _compile(j[3], j[0], j[1], j[2]), jobs))
+    wall = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    tree_results = {r["unit"]: r for r in done if r["tree"] == "tree"}
+    stock_results = {r["unit"]: r for r in done if r["tree"] == "against"}
+    units, kernels = [], []
+    for name in names:
+        r = tree_results[name]
+        b = stock_results.get(name)
+        units.append({**r, "baseline": b})
+        if name.endswith(".cu") and r["ok"]:
+            kernels += compare_functions(name, r["functions"], b["functions"] if b and b["ok"] else None)
+        state = "ok" if r["ok"] else "FAILED"
+        extra = f"; stock (device only): {'ok' if b['ok'] else 'FAILED'} ({b['seconds']} s)" if b else ""
+        print(f"compile-check: {name}: {state} ({r['seconds']} s){extra}")
+        for line in (r["errors"] if not r["ok"] else []) + (b["errors"] if b and not b["ok"] else []):
             print(f"  {line}")
+    failed = [u["unit"] for u in units if not u["ok"] or (u["baseline"] and not u["baseline"]["ok"])]
+    new_spills = [k for k in kernels if k["new_spill"]]
+    for k in kernels:
+        print("compile-check: " + kernel_line(k))
     report = {
-        "version": 1,
+        "version": 2,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "nvcc": nvcc_version(nvcc),
         "archs": archs,
-        "units": results,
+        "defines": defines,
+        "include": list(args.include),
+        "against": str(stock_tree) if stock_tree else None,
+        "select": args.select,
+        "suffix": list(args.suffix or []),
+        "device_only": bool(args.device_only),
+        "jobs": max(1, args.jobs or os.cpu_count() or 1),
+        "seconds": round(wall, 1),
+        "units": units,
+        "kernels": kernels,
+        "gate": {
+            "compile_errors": failed,
+            "new_spills": [f"{k['unit']}: {k['signature']}" for k in new_spills],
+            "ok": not failed and not new_spills,
+        },
     }
     if args.report:
         _write_json(Path(args.report), report)
-    shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r["ok"] for r in results) else 1
+    print(
+        f"compile-check: {len(units)} units, {len(kernels)} functions, {len(failed)} failed, "
+        f"{len(new_spills)} with new spills, {wall:.0f} s"
+    )
+    if failed:
+        return 1
+    return 4 if new_spills else 0
+
+
+def kernel_line(k: dict[str, Any]) -> str:
+    """One function's usage, stock -> patched: registers, stack, spill stores/loads (bytes)."""
+
+    def cell(u: dict[str, Any] | None) -> str:
+        if u is None:
+            return "-"
+        regs = u.get("registers")
+        return (
+            f"{regs if regs is not None else '.'} regs, {u.get('stack')} B stack, "
+            f"{u.get('spill_stores')}/{u.get('spill_loads')} B spills"
+        )
+
+    flag = " NEW SPILL" if k["new_spill"] else ""
+    return f"{k['unit']}: {k['function']}: {cell(k['stock'])} -> {cell(k['patched'])}{flag}"
+
+
+# --- the CUDA library headers (pinned nvidia-* wheels) ------------------------------------------------------------------
+
+# The headers ATen/cuda/CUDAContextLight.h and the sampling kernels include, from the cu13 wheels of the CUDA 13.0
+# toolkit nvcc 13.0.88 belongs to (cudart 13.0.96 / nvcc 13.0.88 / cuRAND 10.4.0.35 / cuSOLVER 12.0.4.66 / cuSPARSE
+# 12.6.3.3: the set torch's cu130 wheels depend on, cuBLAS 13.1.1.3 with them)
+CUDA_LIB_HEADER_WHEELS = (
+    "nvidia-cublas==13.1.1.3",
+    "nvidia-cusparse==12.6.3.3",
+    "nvidia-cusolver==12.0.4.66",
+    "nvidia-curand==10.4.0.35",
+)
+
+
+def fetch_cuda_headers(dest: Path, pins: tuple[str, ...] = CUDA_LIB_HEADER_WHEELS) -> Path:
+    """The include folder of the pinned wheels' headers under ``dest`` (keyed by the pins), fetched once: pip
+    downloads the wheels (--no-deps), only their ``nvidia/*/include/`` members are kept (the wheels' libraries, about
+    1.1 GB unpacked, are not needed to compile), published with one rename; concurrent callers wait on a lock."""
+    import fcntl
+    import hashlib
+
+    key = hashlib.sha256("\n".join(pins).encode()).hexdigest()[:12]
+    target = dest / f"cuda-lib-headers-{key}"
+    if (target / ".ready").is_file():
+        return target / "include"
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(dest / f".cuda-lib-headers-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".ready").is_file():
+            return target / "include"
+        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest))
+        try:
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--disable-pip-version-check",
+                    "-d",
+                    str(tmp / "wheels"),
+                    *pins,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise Missing(
+                    f"pip could not download {' '.join(pins)}: {proc.stderr.strip()[-600:]} (a package index "
+                    "is needed once; or pass --include DIR with the cuBLAS/cuSPARSE/cuSOLVER/cuRAND headers)"
+                )
+            downloaded = time.perf_counter() - t0
+            wheels = sorted((tmp / "wheels").glob("*.whl"))
+            headers = 0
+            for wheel in wheels:
+                with zipfile.ZipFile(wheel) as zf:
+                    for info in zf.infolist():
+                        parts = info.filename.split("/")
+                        if "include" in parts[:-1] and not info.is_dir():
+                            rel = parts[parts.index("include") + 1 :]
+                            out = tmp / "include" / Path(*rel)
+                            out.parent.mkdir(parents=True, exist_ok=True)
+                            out.write_bytes(zf.read(info))
+                            headers += 1
+            record = {
+                "version": 1,
+                "pins": list(pins),
+                "wheels": [{"name": w.name, "bytes": w.stat().st_size} for w in wheels],
+                "download_seconds": round(downloaded, 1),
+                "seconds": round(time.perf_counter() - t0, 1),
+                "headers": headers,
+            }
+            shutil.rmtree(tmp / "wheels")
+            (tmp / ".ready").write_text(json.dumps(record, indent=2) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target / "include"
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument(
-        "--tree", required=True, help="the exllamav3 tree (folder holding exllamav3/), e.g. overlay's {tree}"
-    )
+    p.add_argument("--tree", help="the exllamav3 tree (folder holding exllamav3/), e.g. overlay's {tree}")
     p.add_argument("--out", help="folder that receives exllamav3_ext<EXT_SUFFIX> (overlay's {out})")
     p.add_argument("--info", help="JSON file of build details (overlay's {info})")
     p.add_argument(
-        "--arch-list", help="TORCH_CUDA_ARCH_LIST for the build, e.g. 9.0 (default: env, else visible GPUs)"
+        "--arch-list",
+        help="TORCH_CUDA_ARCH_LIST for the build, e.g. 9.0 (default: env, else visible GPUs; --compile-check: 9.0)",
     )
-    p.add_argument("--jobs", type=int, help="parallel compile jobs (MAX_JOBS for torch's ninja build)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="parallel compile jobs (MAX_JOBS for torch's ninja build; --compile-check: default the CPU count)",
+    )
     p.add_argument("--build-dir", help="keep torch's build folder here (default: a temporary folder)")
     p.add_argument("--verbose", action="store_true", help="show torch's build output")
     p.add_argument(
         "--compile-check",
-        nargs="+",
+        nargs="*",
         metavar="UNIT",
-        help="only compile these units (paths under exllamav3/exllamav3_ext), no link; works with CPU torch",
+        help="only compile these units (paths under exllamav3/exllamav3_ext), no link, with ptxas' resource usage; "
+        "works with CPU torch",
+    )
+    p.add_argument(
+        "--against",
+        metavar="STOCK_TREE",
+        help="--compile-check: compare each CUDA unit's kernels with this tree's (exit 4 on a new spill)",
+    )
+    p.add_argument(
+        "--select",
+        choices=("changed", "rebuild", "define"),
+        help="--compile-check: the units from the difference with --against (see above)",
+    )
+    p.add_argument(
+        "--suffix", action="append", metavar=".cu", help="--compile-check: only units ending so (repeatable)"
     )
     p.add_argument(
         "--include",
@@ -360,14 +793,29 @@ def parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="extra include folder for --compile-check (e.g. cuBLAS/cuSPARSE/cuRAND headers)",
     )
+    p.add_argument(
+        "--device-only",
+        action="store_true",
+        help="--compile-check: CUDA units through nvcc's front end and ptxas only (-cubin), no host compiler pass",
+    )
     p.add_argument("--report", help="--compile-check: JSON report of the units")
+    p.add_argument(
+        "--fetch-cuda-headers",
+        metavar="DIR",
+        help="fetch the pinned CUDA library headers into DIR (once; cached by the pins), print their include folder",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.compile_check:
+        if args.fetch_cuda_headers:
+            print(fetch_cuda_headers(Path(args.fetch_cuda_headers).resolve()))
+            return 0
+        if not args.tree:
+            raise Missing("--tree is required (the exllamav3 tree: the folder holding exllamav3/)")
+        if args.compile_check is not None:
             return compile_check(args)
         if not args.out:
             raise Missing("--out is required (the folder that receives the compiled extension)")
