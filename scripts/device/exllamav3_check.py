@@ -9,18 +9,22 @@ Phases (``--phase``; the driver, scripts/device_check.py, runs ``build`` in the 
   changes. The stock tree's ``exllamav3_ext`` sources and ``cuda_flags.py`` are copied to ``WORK/ext-tree`` and built
   there (scripts/build_exllamav3_ext.py: upstream's recipe, torch's ninja build, ``WORK/ext-build``); then the files
   the series changes are written over them and the same build folder is built again: ninja recompiles the changed
-  translation units and those including a changed header, and relinks. Each arm gets its ``.so`` as the precompiled
-  top-level ``exllamav3_ext`` module at its site root (``ext.is_precompiled_extension_available()``), so stock runs
-  stock C++ and patched runs the patched C++ in its default path (no shared extension). When the patched nvcc flags
-  differ from stock (a build-time define), the second build is a full one and its time says so. The report records
-  the units changed, the units ninja recompiled and the seconds of each build. A warm machine keeps ``WORK``: a
-  second run finds both builds up to date.
+  translation units and those including a changed header (17 of 194 for the 22-patch series), and relinks. Each arm
+  gets its ``.so`` as the precompiled top-level ``exllamav3_ext`` module at its site root
+  (``ext.is_precompiled_extension_available()``), so stock runs stock C++ and patched runs the patched C++ in its
+  default path (no shared extension), and a key of what it was built from (``build_key``): a later call on the warm
+  machine skips an arm whose key is unchanged. A build stopped by its budget keeps its ninja folder: the next call
+  continues it. The report records the units changed, the units ninja recompiled, the seconds of each build and the
+  plan's estimates (scripts/device/plan.py: calibrated on the development VM, not measured on a GPU machine).
 - ``probes``: the plan's ExLlamaV3 probes (scripts/device/plan.py; the patches' flags from the driver's resolved plan),
   each configuration in its own process (scripts/device/exl3_probe.py), visited twice in ABBA order (counted and
-  timed on the first visit, timed again on the second); then, while the budget lasts, the GPU-only correctness
-  check of the row-seeded sampler kernels (bit for bit against one-row calls). The end-to-end generation of the
-  earlier script version (EXL3 conversion of a tiny llama on the device) does not fit the 15-minute budget next to
-  two extension builds and is not run.
+  timed on the first visit, timed again on the second); then, while the budget lasts, the correctness checks only
+  real kernels can make: the ring checks (``ring_cases``: a drafter with its own sliding layer next to a
+  ``--draft_window`` layer, ring and linear, and a SharedKVAttention drafter layer reading the target's ring, against
+  their unbounded references on upstream's Triton decode kernel, with the graphed decode step left on and counted) and
+  the row-seeded sampler kernels (bit for bit against one-row calls). ``--resume`` carries over what an earlier call
+  on this machine measured ok (its report in ``WORK/last-report.json``, same wheels): the device session's second call
+  (plan.exl3_schedule) runs only what the first left.
 
 ``--dry-run`` runs the same phases on CPU: the build phase computes the changed and dependent units and skips the
 compiler (no nvcc, CPU torch), the probes run with the extension stand-in and the CPU census; the report has the same
@@ -30,11 +34,9 @@ shape. Output: ``--out`` (default ``$OUT/exllamav3-device.json``), written atomi
 from __future__ import annotations
 
 import argparse
-import filecmp
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -48,8 +50,13 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "src" / "overlay" / "engines" / "workers"))
 
+sys.path.insert(0, str(REPO / "scripts"))
+
 import cuda_census
 import plan
+from build_exllamav3_ext import changed_files, dependent_units
+
+__all__ = ["changed_files", "dependent_units"]  # the build script's: the tests read them here too
 
 PROBES = REPO / "tests" / "engines" / "exllamav3" / "probes"
 STANDIN = REPO / "support" / "testbackends" / "exllamav3" / "pythonpath"
@@ -68,7 +75,6 @@ DEPS = [
 EXT = "exllamav3_ext"
 SOURCE_SUFFIXES = (".c", ".cpp", ".cu")
 TIMED = ("spec-round", "swa-ring")  # the probes whose time per step is reported
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 class CheckError(RuntimeError):
@@ -182,53 +188,6 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def changed_files(stock_dir: Path, patched_dir: Path) -> dict[str, list[str]]:
-    """Files of the extension folder the series adds, changes or removes (relative paths)."""
-
-    def listing(d: Path) -> dict[str, Path]:
-        return {
-            p.relative_to(d).as_posix(): p
-            for p in d.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
-        }
-
-    s, p = listing(stock_dir), listing(patched_dir)
-    return {
-        "added": sorted(set(p) - set(s)),
-        "removed": sorted(set(s) - set(p)),
-        "changed": sorted(k for k in set(s) & set(p) if not filecmp.cmp(s[k], p[k], shallow=False)),
-    }
-
-
-def dependent_units(src: Path, touched: set[str]) -> list[str]:
-    """Translation units under ``src`` that are ``touched`` or include a touched file, directly or not (quoted
-    includes, resolved against the including file's folder and ``src``): what ninja's depfiles will rebuild."""
-    files = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file()}
-    includes: dict[str, set[str]] = {}
-    for rel, path in files.items():
-        if path.suffix not in (".c", ".cpp", ".cu", ".h", ".cuh", ".hpp", ".inc"):
-            continue
-        deps = set()
-        for inc in INCLUDE.findall(path.read_text(errors="replace")):
-            for base in (path.parent, src):
-                cand = (base / inc).resolve()
-                try:
-                    deps.add(cand.relative_to(src.resolve()).as_posix())
-                    break
-                except ValueError:
-                    continue
-        includes[rel] = deps
-    dirty = set(touched)
-    grew = True
-    while grew:
-        grew = False
-        for rel, deps in includes.items():
-            if rel not in dirty and deps & dirty:
-                dirty.add(rel)
-                grew = True
-    return sorted(r for r in dirty if r.endswith(SOURCE_SUFFIXES) and r in files)
-
-
 def _flags(tree: Path) -> list[str] | None:
     import importlib.util
 
@@ -314,20 +273,54 @@ def build_phase(
             f"stock {len(all_units)} units, then {len(units)} for the patched arm)"
         )
         return report
+    report["estimate_s"] = {"stock": plan.EXL3_STOCK_BUILD_S, "patched": plan.EXL3_PATCHED_BUILD_S}
     tree = work / "ext-tree"
     build_dir = work / "ext-build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    # the fixed source folder, stock content (files only rewritten when they differ: ninja sees no change otherwise)
-    _sync_tree(stock_src, tree / "exllamav3" / EXT, stock_tree / "exllamav3/util/cuda_flags.py", tree)
-    report["stock"] = _build(tree, sites["stock"], build_dir, jobs, max(30.0, deadline.left() - 20))
-    if not report["stock"]["ok"]:
-        report["patched"] = {"ok": False, "error": "not built: the stock build did not finish"}
-        return report
-    _sync_tree(patched_src, tree / "exllamav3" / EXT, patched_tree / "exllamav3/util/cuda_flags.py", tree)
-    report["patched"] = _build(tree, sites["patched"], build_dir, jobs, max(30.0, deadline.left() - 5))
-    # the next run's stock build starts from the stock sources again: put them back (mtimes move: it recompiles
-    # the same units, the price of one shared folder)
+    keys = {arm: build_key(sites[arm]) for arm in ("stock", "patched")}
+    for arm, src in (("stock", stock_src), ("patched", patched_src)):
+        if extension_ready(sites[arm]) and _read(sites[arm] / BUILT_MARKER) == keys[arm]:
+            # built by an earlier call on this (warm) machine from the same sources, flags and torch
+            report[arm] = {"ok": True, "up_to_date": True, "seconds": 0.0}
+            continue
+        # the fixed source folder, this arm's content (files only rewritten when they differ: ninja sees no change
+        # otherwise, so the patched arm recompiles only the changed units and their includers)
+        flags = sites[arm] / "exllamav3/util/cuda_flags.py"
+        _sync_tree(src, tree / "exllamav3" / EXT, flags, tree)
+        report[arm] = _build(tree, sites[arm], build_dir, jobs, max(30.0, deadline.left() - 5))
+        if not report[arm]["ok"]:
+            if arm == "stock":
+                report["patched"] = {"ok": False, "error": "not built: the stock build did not finish"}
+            return report
+        (sites[arm] / BUILT_MARKER).write_text(keys[arm])
     return report
+
+
+BUILT_MARKER = ".overlay-ext-key"
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+def build_key(site: Path) -> str:
+    """What an arm's extension is built from: its extension sources, its util/cuda_flags.py and build defines, the
+    architectures and the torch build (a warm machine's second call skips an arm whose key is unchanged)."""
+    h = hashlib.sha256()
+    src = site / "exllamav3" / EXT
+    for path in sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(path.relative_to(src).as_posix().encode() + b"\0" + _digest(path).encode() + b"\0")
+    flags = site / "exllamav3" / "util" / "cuda_flags.py"
+    h.update(_digest(flags).encode() if flags.is_file() else b"-")
+    h.update(json.dumps(_flags(site)).encode())
+    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
+    try:
+        import torch
+
+        h.update(f"{torch.__version__} {torch.version.cuda}".encode())
+    except ImportError:
+        h.update(b"no torch")
+    return h.hexdigest()
 
 
 def _sync_tree(src: Path, dst: Path, flags: Path, tree: Path) -> None:
@@ -349,6 +342,19 @@ def _sync_tree(src: Path, dst: Path, flags: Path, tree: Path) -> None:
     util.mkdir(parents=True, exist_ok=True)
     if not (util / "cuda_flags.py").is_file() or _digest(util / "cuda_flags.py") != _digest(flags):
         shutil.copyfile(flags, util / "cuda_flags.py")
+
+
+LAST_REPORT = "last-report.json"
+
+
+def _last_report(work: Path, wheels: dict[str, str]) -> dict[str, Any]:
+    """The earlier call's report on this machine, when it measured the same two wheels (else nothing carries)."""
+    path = work / LAST_REPORT
+    try:
+        doc = dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+    return doc if doc.get("wheels") == wheels else {}
 
 
 def extension_ready(site: Path) -> bool:
@@ -425,15 +431,27 @@ def request_for(key: str, config: str, entry: dict[str, Any] | None, dry: bool) 
 
 
 def probes_phase(
-    arms: dict[str, ArmRunner], entries: list[dict[str, Any]], *, dry: bool, deadline: plan.Deadline
+    arms: dict[str, ArmRunner],
+    entries: list[dict[str, Any]],
+    *,
+    dry: bool,
+    deadline: plan.Deadline,
+    done: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
+    """The plan's probes while the budget lasts; ``done`` (--resume): measurements of an earlier call on this machine
+    that ran ok, carried over instead of run again."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e["engine"] == "exllamav3":
             by_key.setdefault(e["key"], []).append(e)
+    done = done or {}
     out = []
-    for planned in plan.budget_plan("exllamav3", deadline.left(), keys=set(by_key) or None):
+    for planned in plan.budget_plan("exllamav3", deadline.left(), keys=(set(by_key) - set(done)) or None):
         key = planned.probe.key
+        if key in done:
+            out.append({**done[key], "carried": True})
+            print(f"exllamav3-check: {key}: ok (carried from the earlier call)", file=sys.stderr, flush=True)
+            continue
         group = [
             e for e in by_key.get(key) or [] if not e.get("pending")
         ]  # pending ones are reported, not run
@@ -613,6 +631,80 @@ def check_sampler_kernels(arm: ArmRunner, dry: bool) -> dict[str, Any]:
     return {"shapes": result, "ok": all(all(v.values()) for v in result.values())}
 
 
+def ring_cases(dry: bool) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """The ring correctness cases: (name, arm, probe, payload). On the GPU with upstream's Triton decode kernel and
+    the graphed decode step left on (the probes count how many steps it served: their layers have no EXL3
+    projections, so it declines and says so); on the dry run with the probes' reference kernels."""
+    where: dict[str, Any] = (
+        {"device": "cpu", "kernels": "reference"}
+        if dry
+        else {"device": "cuda", "kernels": "real", "graphed": True}
+    )
+    mixed = {
+        "seed": 5,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "window": 256,
+        "draft_window": 1024,
+        "steps": 12 if dry else 150,
+        "big": [1500],
+        **where,
+    }
+    control = {**mixed, "layer_types": ["sliding_attention", "sliding_attention"], "draft_window": None}
+    shared = {"seed": 2, "steps": 40 if dry else 900, "window": 256, **where}
+    return [
+        # F1: a drafter with its own sliding layer next to a --draft_window layer (0001), ring and linear
+        ("mixed-control-stock", "stock", "mixed_ring.py", control),
+        ("mixed-control-ring", "patched", "mixed_ring.py", {**control, "ring": True}),
+        ("mixed-linear", "patched", "mixed_ring.py", mixed),
+        ("mixed-ring", "patched", "mixed_ring.py", {**mixed, "ring": True}),
+        # F2: a SharedKVAttention drafter layer reading the target's ring in a later forward (0003)
+        ("shared-kv-stock", "stock", "shared_kv_ring.py", shared),
+        ("shared-kv-linear", "patched", "shared_kv_ring.py", shared),
+        ("shared-kv-ring", "patched", "shared_kv_ring.py", {**shared, "ring": True}),
+    ]
+
+
+def check_rings(arms: dict[str, ArmRunner], dry: bool, deadline: plan.Deadline) -> dict[str, Any]:
+    """Mixed window rings and SharedKVAttention over a ring against their unbounded references (every output), plus
+    ring vs linear and stock vs patched where both exist: 0 mismatches (within the kernels' tolerance on the GPU) and
+    no crash."""
+    out: dict[str, Any] = {"cases": {}}
+    for name, arm, script, payload in ring_cases(dry):
+        if deadline.left() < 20:
+            out["cases"][name] = {"skipped": "over budget"}
+            continue
+        try:
+            out["cases"][name] = arms[arm].run(
+                PROBES / script, payload, timeout=max(10.0, min(300.0, deadline.left() - 5))
+            )
+        except (CheckError, subprocess.TimeoutExpired) as exc:
+            out["cases"][name] = {"error": str(exc)[:1500]}
+    cases = out["cases"]
+
+    def clean(doc: dict[str, Any]) -> bool:
+        bad = doc.get("mismatches")
+        return (
+            "error" not in doc
+            and "skipped" not in doc
+            and not doc.get("errors")
+            and (sum(bad) if isinstance(bad, list) else bad) == 0
+        )
+
+    ran = {k: v for k, v in cases.items() if "skipped" not in v}
+    out["clean"] = {k: clean(v) for k, v in ran.items()}
+    same = {}
+    if "mixed-control-stock" in ran and "mixed-control-ring" in ran:
+        same["mixed_control_stock_vs_ring"] = ran["mixed-control-stock"].get("digests") == ran[
+            "mixed-control-ring"
+        ].get("digests")
+    if "mixed-linear" in ran and "mixed-ring" in ran:
+        same["mixed_linear_vs_ring"] = ran["mixed-linear"].get("digests") == ran["mixed-ring"].get("digests")
+    out["equal"] = same
+    out["graphed_steps"] = {k: v.get("graphed_steps") for k, v in ran.items()}
+    out["ok"] = bool(ran) and all(out["clean"].values()) and all(same.values())
+    return out
+
+
 # --- driver ---------------------------------------------------------------------------------------------------------
 
 
@@ -652,6 +744,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dry_run": args.dry_run,
         "wheels": {"stock": stock_whl.name, "patched": patched_whl.name},
         "budget": {"seconds": args.budget},
+        # where the builds and probes fit the device session (estimates: scripts/device/plan.py)
+        "schedule": plan.exl3_schedule(),
     }
     if not args.dry_run:
         import torch
@@ -701,19 +795,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for k in sorted({e["key"] for e in entries if e["engine"] == "exllamav3"})
             ]
         else:
-            report["measurements"] = probes_phase(arms, entries, dry=args.dry_run, deadline=deadline)
-            if deadline.allows(20):
+            last = _last_report(work, report["wheels"]) if args.resume else {}
+            done = {m["key"]: m for m in last.get("measurements", []) if m.get("status") == "ok"}
+            report["measurements"] = probes_phase(
+                arms, entries, dry=args.dry_run, deadline=deadline, done=done
+            )
+            if (last.get("rings") or {}).get("ok"):
+                report["rings"] = {**last["rings"], "carried": True}
+            elif deadline.allows(plan.EXL3_CHECK_S["rings"]):
+                report["rings"] = check_rings(arms, args.dry_run, deadline)
+            else:
+                report["rings"] = {"skipped": "over budget"}
+            if (last.get("sampler_kernels") or {}).get("ok"):
+                report["sampler_kernels"] = {**last["sampler_kernels"], "carried": True}
+            elif deadline.allows(plan.EXL3_CHECK_S["sampler_kernels"]):
                 report["sampler_kernels"] = check_sampler_kernels(arms["patched"], args.dry_run)
             else:
                 report["sampler_kernels"] = {"skipped": "over budget"}
     report["budget"]["used"] = round(args.budget - deadline.left(), 1)
+    if "measurements" in report:  # what a --resume call on this (warm) machine carries over
+        (work / LAST_REPORT).write_text(json.dumps(report, default=str))
     failed = [m["key"] for m in report.get("measurements", []) if m["status"] == "failed"]
     build_ok = (
         args.dry_run
         or args.phase == "probes"
         or all((report.get("build") or {}).get(a, {}).get("ok", False) for a in ("stock", "patched"))
     )
-    report["ok"] = not failed and build_ok and (report.get("sampler_kernels") or {}).get("ok", True)
+    report["ok"] = (
+        not failed
+        and build_ok
+        and (report.get("sampler_kernels") or {}).get("ok", True)
+        and (report.get("rings") or {}).get("ok", True)
+    )
     return report
 
 
@@ -733,6 +846,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for this phase")
     parser.add_argument(
         "--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="nvcc jobs (ninja)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="carry over what an earlier call on this machine measured ok (same wheels; --work's last report)",
     )
     parser.add_argument("--shared-ext", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true", help="CPU: extension stand-in, reference kernels")

@@ -26,13 +26,76 @@ DEFAULT_BUDGET_S = (
     540  # one device command (600 s limit) with a minute to spare; the session's 15 min allow a rerun
 )
 SETUP_S = 40  # pip install of the carried wheels, `overlay apply` of both series offline, CUDA init
-EXL3_STOCK_BUILD_S = (
-    330  # full JIT build of exllamav3_ext (~200 units, sm_90 only, 14 jobs): runs in the background
-)
-EXL3_PATCHED_BUILD_S = (
-    90  # the changed translation units only (0015, 0016 and the units including their headers)
-)
 REPORT_S = 10
+
+# --- ExLlamaV3's CUDA extension builds: estimates, calibrated here -------------------------------------------------
+# No GPU machine has run them. What was measured (2026-12-04): the CPU seconds (user + system of the compiler and every
+# process it ran, from wait4) of one full compile of sample units (nvcc 13.0, sm_90 only, host and device code with
+# the flags of upstream's util/cuda_flags.py; the .cpp units with ext.py's -Ofast) on the 2-core development VM (AMD
+# EPYC, shared: load average 3-8; CPU seconds rather than wall, which the load inflates by 2-4x; under load 8 the CPU
+# seconds themselves came out up to 1.5x higher, bindings.cpp 94.7 at -O1 against 62.1 at load 3), with
+# scripts/build_exllamav3_ext.py --compile-check (its report's cpu_seconds; the commands are in
+# docs/engines/exllamav3.md). A family's units are alike (the same kernels instantiated for another bit width or
+# codebook), so its samples' mean stands for all of them. The device machine has 16 cores (the build runs 14 jobs);
+# its per-core speed is taken as this VM's: the largest uncertainty (an estimate, say +-50 %).
+# (units in the family, mean CPU seconds of the samples, the samples)
+EXL3_UNIT_CPU_S: tuple[tuple[int, float, tuple[str, ...]], ...] = (
+    (24, 31.6, ("quant/comp_units/exl3_comp_unit_5_cb0.cu",)),  # exl3_comp_unit_{1..8}_cb{0,1,2}
+    (3, 30.1, ("quant/comp_units/exl3_comp_unit_h2.cu",)),
+    (12, 6.7, ("quant/comp_units/exl3_gemv_int8_inst_coop_k3.cu",)),  # and exl3_gemv_half_inst
+    (9, 8.1, ("quant/comp_units/exl3_gemv_int8_inst_sq_k2.cu",)),
+    (11, 16.5, ("quant/comp_units/exl3_moe_coop_inst_k3.cu",)),
+    (10, 9.7, ("quant/comp_units/exl3_moe_inst_k5_cb1.cu",)),  # *_cb1, k0_n128/n256_cb1
+    (13, 9.1, ("quant/comp_units/exl3_moe_inst_k3_cb2.cu",)),
+    (12, 9.1, ("quant/comp_units/exl3_moe_inst_k3_cb2_m32.cu",)),
+    (12, 13.1, ("quant/comp_units/exl3_moe_inst_k3_cb2_m64.cu",)),
+    (9, 10.7, ("quant/comp_units/quantize_tiles_inst_k5.cu",)),  # and quantize_tiles_frac_inst
+    (24, 27.0, ("attention.cu", "hgemm_f16acc.cu")),  # the .cu at the top of the extension
+    (17, 26.6, ("quant/exl3_gemm.cu", "quant/exl3_moe_coop.cu")),  # quant/*.cu, cache/, cpu/, turing/
+    (7, 15.6, ("generator/gumbel.cu", "generator/sampling_fused.cu", "generator/rep_pen.cu")),
+    (6, 18.5, ("parallel/broadcast.cu",)),
+    (1, 87.0, ("bindings.cpp",)),
+    (10, 21.9, ("libtorch/mlp.cpp", "libtorch/blocksparse_mlp.cpp", "libtorch/gated_rmsnorm.cpp")),
+    (14, 6.0, ("hadamard.cpp", "stloader.cpp", "cuda_host.cpp", "generator/strings.cpp")),  # the other .cpp
+)
+EXL3_BUILD_JOBS = 14
+EXL3_LINK_S = 15  # linking the objects with torch's libraries (not measured: no CUDA torch here)
+# the units the series makes an incremental build recompile (the changed units, the 11 MoE coop instance units
+# including the changed exl3_moe_coop.cuh, bindings.cpp), each measured the same way (load 3)
+EXL3_PATCHED_UNIT_CPU_S: tuple[tuple[float, str], ...] = (
+    (87.0, "bindings.cpp"),
+    (14.1, "generator/gumbel.cu"),
+    (16.0, "generator/sampling_fused.cu"),
+    (27.8, "libtorch/blocksparse_mlp.cpp"),
+    (28.0, "libtorch/mlp.cpp"),
+    (11.9, "quant/comp_units/exl3_moe_coop_inst_h1.cu"),
+    (13.2, "quant/comp_units/exl3_moe_coop_inst_h2.cu"),
+    (13.9, "quant/comp_units/exl3_moe_coop_inst_h3.cu"),
+    (16.9, "quant/comp_units/exl3_moe_coop_inst_k1.cu"),
+    (16.0, "quant/comp_units/exl3_moe_coop_inst_k2.cu"),
+    (16.6, "quant/comp_units/exl3_moe_coop_inst_k3.cu"),
+    (16.1, "quant/comp_units/exl3_moe_coop_inst_k4.cu"),
+    (16.4, "quant/comp_units/exl3_moe_coop_inst_k5.cu"),
+    (16.8, "quant/comp_units/exl3_moe_coop_inst_k6.cu"),
+    (16.5, "quant/comp_units/exl3_moe_coop_inst_k7.cu"),
+    (14.9, "quant/comp_units/exl3_moe_coop_inst_k8.cu"),
+    (28.4, "quant/exl3_moe_coop.cu"),
+)
+
+
+def build_seconds(cpu_seconds: list[float], jobs: int = EXL3_BUILD_JOBS) -> int:
+    """A ninja build of units of these CPU seconds on ``jobs`` cores: the longest unit or an even share of the
+    total, whichever is longer, plus the link (an estimate: ninja's order and the device's core speed are not
+    modelled)."""
+    if not cpu_seconds:
+        return 0
+    return round(max(max(cpu_seconds), sum(cpu_seconds) / jobs) + EXL3_LINK_S)
+
+
+EXL3_STOCK_BUILD_S = build_seconds([cpu for n, cpu, _ in EXL3_UNIT_CPU_S for _ in range(n)])
+EXL3_PATCHED_BUILD_S = build_seconds([cpu for cpu, _ in EXL3_PATCHED_UNIT_CPU_S])
+# the correctness checks exllamav3_check.py runs after its probes, while the budget lasts (estimates on one H200)
+EXL3_CHECK_S = {"rings": 60, "sampler_kernels": 20}
 
 
 @dataclass(frozen=True)
@@ -466,4 +529,41 @@ def split_budget(total_s: float) -> dict[str, float]:
         "exllamav3": max(0.0, left - max(sglang_s, build_s)),
         "report": REPORT_S,
         "total": total_s,
+    }
+
+
+SESSION_S = 900  # the device session: every call, start-up, transfers and idle time together
+MACHINE_START_S = 120  # a fresh machine's start ("minutes"; counted against the session)
+CALL_TRANSFER_S = 30  # per call: the working tree copied there, $OUT back (device time, outside the command)
+
+
+def exl3_schedule(total_s: float = DEFAULT_BUDGET_S) -> dict[str, object]:
+    """Where ExLlamaV3's extension builds and probes fit the device session, from the estimates above.
+
+    Call 1 is the driver with both engines (``total_s``): the builds run in the background beside SGLang's probes for
+    ``split_budget``'s ``exllamav3_build`` seconds; ExLlamaV3's probes get what is left after them. A build that does not
+    finish is stopped with its ninja folder kept (build/device/exllamav3 on the warm machine). Call 2, on the same warm
+    machine within the session (``scripts/device/exllamav3_check.sh --phase all --resume``, docs/engines/exllamav3.md),
+    finishes the builds (ninja resumes; an arm built from the same sources is skipped), carries over what call 1
+    measured and gives the remaining probes and the correctness checks the rest.
+    ``fits`` says whether every runnable probe and check (all their configurations) fits the two calls together
+    (call 2 run with ``--resume``); what does not fit is skipped with the reason, in plan order."""
+    split = split_budget(total_s)
+    build = EXL3_STOCK_BUILD_S + EXL3_PATCHED_BUILD_S
+    first_build = min(float(build), split["exllamav3_build"])
+    first_probes = split["exllamav3"]
+    second_total = max(
+        0.0, min(float(DEFAULT_BUDGET_S), SESSION_S - MACHINE_START_S - total_s - 2 * CALL_TRANSFER_S)
+    )
+    second_build = max(0.0, build - first_build)
+    second_probes = max(0.0, second_total - SETUP_S - REPORT_S - second_build)
+    needed = sum(p.seconds for p in probes("exllamav3") if not p.pending) + sum(EXL3_CHECK_S.values())
+    return {
+        "build_estimate_s": {"stock": EXL3_STOCK_BUILD_S, "patched": EXL3_PATCHED_BUILD_S},
+        "probes_needed_s": needed,
+        "call1": {"seconds": total_s, "build_s": first_build, "probes_s": first_probes},
+        "call2": {"seconds": second_total, "build_s": second_build, "probes_s": second_probes},
+        # call 2 with --resume runs only what call 1 left: the two calls' probe time adds up
+        "fits": first_probes + second_probes >= needed,
+        "builds_finish": second_build <= max(0.0, second_total - SETUP_S - REPORT_S),
     }

@@ -296,6 +296,8 @@ def test_kernels_are_matched_across_a_new_parameter() -> None:
         assert (kern["stock"]["registers"], kern["patched"]["registers"]) == (37, 29)
         assert kern["patched"]["stack"] == 8
         assert not extra["matched"] and extra["new_spill"] and extra["stock"] is None
+    # no baseline (no --against): reported, nothing is new
+    assert not any(r["new_spill"] for r in bx.compare_functions("u.cu", patched, None))
     assert bx.function_key("void f<(anonymous namespace)::T, 2>(int (*)(int), float)") == (
         "void f<(anonymous namespace)::T, 2>"
     )

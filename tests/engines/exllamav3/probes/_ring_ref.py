@@ -95,3 +95,47 @@ def decode_reference(dequant: Dequant | None = None, head_dim: int = 16) -> Call
         return out
 
     return ref_decode
+
+
+def attention_kernels(payload: dict[str, Any], ref_decode: Callable[..., torch.Tensor], *modules: Any) -> Any:
+    """Choose the probe's attention path in the exllamav3 modules given (``sliding_attn``, ``shared_kv_attn``).
+
+    ``"kernels": "reference"`` (the default, CPU): each module's ``paged_attn_triton_decode`` is the torch reference
+    and the graphed C++ decode step (BC) is off: it runs the layer's own projections and kernels, which the probes
+    replace. ``"real"`` (a GPU): upstream's Triton kernels; with ``"graphed": true`` the graphed path is left as
+    upstream sets it (``EXL3_BC_ATTN``, on by default), else off. Returns a function giving how many decode steps the
+    graphed path served so far (``SlidingAttention.bc_swa_step`` / ``SharedKVAttention._bc_step`` returning an
+    output): a served step ran the layer's real projections, so the probes compare it across arms, never with their
+    unbounded reference. The graphed path needs EXL3-quantized projections (bc_attn._module_eligible); the probes'
+    fp16 layers are declined, which the count shows."""
+    real = payload.get("kernels", "reference") == "real"
+    graphed = real and bool(payload.get("graphed"))
+    for module in modules:
+        if not real:
+            module.paged_attn_triton_decode = ref_decode
+        if graphed:
+            from exllamav3.modules.attention_fn import bc_attn
+
+            module._bc_attn_enable = bc_attn.bc_attn_enable  # upstream's switch (EXL3_BC_ATTN)
+        else:
+            module._bc_attn_enable = False
+        for cls_name, method in (("SlidingAttention", "bc_swa_step"), ("SharedKVAttention", "_bc_step")):
+            cls = getattr(module, cls_name, None)
+            original = getattr(cls, method, None) if cls is not None else None
+            if original is None or getattr(original, "_ovl_counted", False):
+                continue
+
+            def counted(self: Any, *args: Any, _orig: Any = original, **kwargs: Any) -> Any:
+                out = _orig(self, *args, **kwargs)
+                _GRAPHED_SERVED[0] += out is not None
+                return out
+
+            counted._ovl_counted = True  # type: ignore[attr-defined]
+            setattr(cls, method, counted)
+    start = _GRAPHED_SERVED[0]
+    return lambda: _GRAPHED_SERVED[0] - start
+
+
+_GRAPHED_SERVED = [
+    0
+]  # graphed decode steps served in this process (one counter: several cases share the classes)

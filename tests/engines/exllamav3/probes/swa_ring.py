@@ -42,7 +42,7 @@ if REAL_CODEC:
     _qcache_real.enable()  # upstream's Triton decoder runs in Triton's CPU interpreter
 
 import torch
-from _ring_ref import HKV, HQ, PAGE, attend, decode_reference, visible
+from _ring_ref import HKV, HQ, PAGE, attend, attention_kernels, decode_reference, visible
 
 D = int(PAYLOAD.get("head_dim", 16))
 
@@ -106,8 +106,8 @@ def main() -> None:
 
     real_kernels = PAYLOAD.get("kernels", "reference") == "real"
     device = torch.device(PAYLOAD.get("device", "cpu"))
+    graphed_served = attention_kernels(PAYLOAD, ref_decode, sliding_attn)
     if not real_kernels:
-        sliding_attn.paged_attn_triton_decode = ref_decode
         sliding_attn.paged_attn_triton_prefill = ref_prefill
         if PAYLOAD.get("quant") and REAL_CODEC:
             _qcache_real.install(sys.modules["exllamav3_ext"], HKV)
@@ -115,7 +115,6 @@ def main() -> None:
             import _qcache_ref
 
             _qcache_ref.install(sys.modules["exllamav3_ext"])
-    sliding_attn._bc_attn_enable = False
 
     rnd = random.Random(PAYLOAD["seed"])
     gen = torch.Generator().manual_seed(PAYLOAD["seed"])
@@ -209,6 +208,11 @@ def main() -> None:
             params = {"recurrent_states": states, "causal": causal}
             o = layer.decode_flash_attn(torch.zeros(bsz, n, 4 * D, device=device), bsz, n, params)
             o = o.view(bsz, n, HQ, D).cpu()
+            if graphed_served():  # the layer's own projections ran (this or an earlier step): digests only
+                pending.clear()
+                digests.append(hashlib.sha256(o.contiguous().numpy().tobytes()).hexdigest()[:16])
+                advance_recurrent_states(torch.zeros(bsz, n), {"recurrent_states": states}, model)
+                return
             for b, rs in enumerate(states):
                 p0 = rs.position
                 record(b, p0, k[b], v[b])
@@ -299,6 +303,7 @@ def main() -> None:
                 "state_bytes": int(rsl.storage_size()),
                 "codec_check": codec_check,
                 "quant_oracle_mismatches": quant_mismatches if quant_oracle else None,
+                "graphed_steps": graphed_served(),
             }
         )
 
