@@ -519,6 +519,10 @@ def compile_check(args: argparse.Namespace) -> int:
     stock_tree = Path(args.against).resolve() if args.against else None
     stock_src = sources_dir(stock_tree) if stock_tree else None
     defines = build_defines(cuda_flags)
+    if args.select and args.compile_check:
+        raise Missing(
+            f"--select {args.select} derives the units: name units after --compile-check or --select, not both"
+        )
     if args.select:
         if stock_src is None:
             raise Missing("--select needs --against STOCK_TREE (the tree the units are selected against)")
@@ -587,7 +591,19 @@ def compile_check(args: argparse.Namespace) -> int:
                 *flags_module.cuda_cflags(),
             ]
         cxx = os.environ.get("CXX", "c++")
-        return [cxx, "-c", str(unit), "-o", str(out), *inc, *tree_defines, "-std=c++20", "-fPIC", "-Ofast", "-w"]
+        return [
+            cxx,
+            "-c",
+            str(unit),
+            "-o",
+            str(out),
+            *inc,
+            *tree_defines,
+            "-std=c++20",
+            "-fPIC",
+            "-Ofast",
+            "-w",
+        ]
 
     stock_flags = load_cuda_flags(stock_tree) if stock_tree else None
     jobs: list[tuple[str, str, str, list[str]]] = []

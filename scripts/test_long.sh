@@ -9,8 +9,10 @@
 # SharedKVAttention ring run (45 s), which took the default suite to 26 minutes; since stop 29 SGLang's 0012 graph
 # epilogue run (tests/engines/sglang/test_cuda_graph.py, ~100 s) and mlx-lm 0029's real-model stall run
 # (tests/engines/mlx_lm/test_spec_stall.py); the mlx-lm sampled-speculation runs on the hybrid target and with the
-# MTP head (tests/engines/mlx_lm/test_spec_sampling_hybrid.py and test_spec_sampling_mtp.py, ~3 minutes each). Same
-# setup as scripts/test.sh.
+# MTP head (tests/engines/mlx_lm/test_spec_sampling_hybrid.py and test_spec_sampling_mtp.py, ~3 minutes each);
+# ExLlamaV3's full compile of every unit the series recompiles and of the EXL3_OVL_BSZN=16 units
+# (tests/engines/exllamav3/test_exl3_compile.py, ~25 min on 2 loaded cores) and its device script's dry run
+# (test_exl3_device.py, ~10 min). Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"

@@ -395,8 +395,9 @@ PROBES: tuple[Probe, ...] = (
         ("eager-launches",),
         0,
         "a 9..16-row verify forward through the MoE/MLP fused tier",
-        pending="needs an EXL3 MoE checkpoint on the GPU and a third full extension build (EXL3_OVL_BSZN=16 is a "
-        "build-time define for every unit): over the 15-minute budget",
+        pending="needs an EXL3 MoE checkpoint on the GPU and a third full extension build (EXL3_OVL_BSZN=16's "
+        "-DEXL3_OVL_MAX_BSZN=16 goes into every unit's flags, so ninja recompiles all 194 units, ~263 s estimated, "
+        "though only 3 read it): over the 15-minute budget",
     ),
     Probe(
         "exllamav3",
