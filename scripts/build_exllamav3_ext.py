@@ -541,6 +541,11 @@ def compile_check(args: argparse.Namespace) -> int:
     torch = import_torch()
     nvcc = find_nvcc(cuda_flags, torch)
     archs = (args.arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0").split(";")
+    if len(archs) > 1 and (args.device_only or stock_src is not None):
+        raise Missing(
+            f"--arch-list {';'.join(archs)}: a device-only compile (--device-only, and the --against tree's units) "
+            "makes one cubin, for one architecture: pass one, e.g. --arch-list 9.0"
+        )
     work = Path(tempfile.mkdtemp(prefix="exl3-check-"))
     common = [*_torch_includes(torch), sysconfig.get_paths()["include"], *args.include]
     if not torch.version.cuda:
