@@ -3,8 +3,10 @@ vllm_cold.py; runs inside a vLLM arm, never imports overlay).
 
 ``install()`` runs first in every process of the engine: in the census process itself (called by vllm_cold.py), and
 in every interpreter it starts, through a ``sitecustomize`` on PYTHONPATH (a spawned engine core or worker is a fresh
-interpreter that imports everything again). A forked child runs no interpreter start: it inherits this module's state,
-and ``os.register_at_fork`` marks what it inherited, so it counts only what it imports after the fork.
+interpreter that imports everything again), which first runs the arm's own ``sitecustomize`` it shadows
+(``run_shadowed``: what that imports is start-up, as in the census process). A forked child runs no interpreter
+start: it inherits this module's state, and ``os.register_at_fork`` marks what it inherited, so it counts only what
+it imports after the fork.
 
 Per process it keeps:
 - ``baseline``: the modules present at ``install()`` (an interpreter's own start-up modules, imported by itself) or,
@@ -46,6 +48,29 @@ class _Recorder:
 
     def invalidate_caches(self) -> None:
         pass
+
+
+def run_shadowed(own: str) -> None:
+    """Run the ``sitecustomize`` module that the one at ``own`` shadows: the next ``sitecustomize.py`` on ``sys.path``
+    after ``own``'s folder (the arm's test harness, e.g. support/testbackends/vllm/site), as the interpreter would have
+    run it. Python imports only the first ``sitecustomize`` it finds."""
+    import importlib.util
+
+    folder = os.path.dirname(os.path.abspath(own))
+    later = False
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.curdir)
+        if not later:
+            later = path == folder
+            continue
+        candidate = os.path.join(path, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            spec = importlib.util.spec_from_file_location("_overlay_shadowed_sitecustomize", candidate)
+            if spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            return
 
 
 def threads() -> list[dict[str, Any]]:
