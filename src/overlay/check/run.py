@@ -296,6 +296,13 @@ def run_check(
         "draft": str(models.draft) if models.draft else None,
         "draft_kind": models.draft_kind,
     }
+    describe = getattr(
+        adapter, "model_settings", None
+    )  # what the engine runs this model with (vLLM's hybrid)
+    if callable(describe):
+        settings = describe(stock, models)
+        report["model"]["settings"] = settings
+        notes.extend(f"model settings, both arms: {why}" for why in settings.get("why", []))
     mechanism_step(
         report,
         gates,

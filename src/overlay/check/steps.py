@@ -125,19 +125,27 @@ def spec_protocol(
     tmp: Path,
     reporter: Reporter,
 ) -> dict[str, Any]:
-    drafts: dict[str, Path | str] = {
-        "self": models.target,
-        "never": never_right_draft(models.target, tmp / "never-draft"),
-    }
+    never = tmp / "never-draft"  # written below, when the engine runs it
+    drafts: dict[str, Path | str] = {"self": models.target, "never": never}
     if models.draft is not None:  # a NextN kind drafts for itself: the engine's MTP path on it ("mtp")
         drafts["mtp" if is_nextn(models.draft_kind) else "real"] = models.draft
     methods = getattr(adapter, "spec_methods", None)  # engine-native proposers (vLLM: "ngram")
     drafts |= methods() if callable(methods) else {}
+    select = getattr(
+        adapter, "spec_drafts", None
+    )  # the drafts an engine runs on this target (vLLM's hybrid: MTP)
+    skipped: dict[str, str] = {}
+    if callable(select):
+        drafts, skipped = select(models, drafts)
     out: dict[str, Any] = {
         "k": options.num_draft,
         "max_tokens": options.max_tokens,
         "prompts": len(prompt_ids),
     }
+    if skipped:
+        out["not_run"] = skipped
+    if "never" in drafts:
+        drafts["never"] = never_right_draft(models.target, never)
     per_arm: dict[str, dict[str, Any]] = {}
     for arm in (stock, patched):
         reporter.step(
@@ -171,8 +179,28 @@ def spec_protocol(
                     for r, s in zip(run["results"], serial)
                 ]
                 entry[f"{arm.name}_identical_to_serial"] = all(same)
+                margins = greedy_runs.get(arm.name, {}).get("margins") if not run.get("serial") else None
+                entry[f"{arm.name}_divergences"] = divergences(
+                    [r["tokens"] for r in run["results"]], serial, margins
+                )
             entry |= run.get("about", {})  # what the run was (algorithm, checkpoint, notes), where it says
         out[label] = entry
+    return out
+
+
+def divergences(
+    tokens: list[list[int]], serial: list[list[int]], margins: list[list[float]] | None
+) -> list[dict[str, Any]]:
+    """Where each speculative output first leaves serial greedy: prompt, position, and serial's top-1 minus top-2
+    log-probability there (``None`` without margins). A margin of 0 or one rounding step of the logits' dtype is a
+    tie the two runs' arithmetic broke differently (bfloat16 on vLLM's hybrid); a large one is a wrong token."""
+    out: list[dict[str, Any]] = []
+    for i, (got, want) in enumerate(zip(tokens, serial)):
+        pos = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        if pos is None:
+            continue
+        row = margins[i] if margins is not None and i < len(margins) else []
+        out.append({"prompt": i, "position": pos, "serial_margin": row[pos] if pos < len(row) else None})
     return out
 
 

@@ -15,11 +15,19 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def census(
-    arm: Arm, model: Path, scenario: str, *, env: dict[str, str] | None = None, steps: int = 3
+    arm: Arm,
+    model: Path,
+    scenario: str,
+    *,
+    env: dict[str, str] | None = None,
+    steps: int = 3,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One census ``scenario`` of ``steps`` counted steps in ``arm`` (with ``env`` on top of its environment)."""
+    """One census ``scenario`` of ``steps`` counted steps in ``arm`` (with ``env`` on top of its environment;
+    ``extra``: more request fields, e.g. the spec scenarios' ``draft``)."""
     request = cast(
-        CensusRequest, {"task": "census", "model": str(model), "scenario": scenario, "steps": steps}
+        CensusRequest,
+        {"task": "census", "model": str(model), "scenario": scenario, "steps": steps, **(extra or {})},
     )
     result: dict[str, Any] = get_adapter("vllm").run(arm.with_env(env), request)
     return result

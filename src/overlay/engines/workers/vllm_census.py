@@ -94,6 +94,11 @@ SPEC_PROMPTS = (
     "count: one two three four five " * 3 + "count: one",
 )
 PLACEMENTS = ("cuda-layout", "cpu-runner")
+NGRAM, MTP = (
+    "ngram",
+    "mtp",
+)  # the spec scenarios' proposers (the request's ``draft``; vllm_worker's draft values)
+DRAFTS = (NGRAM, MTP)
 NOT_COUNTED = {
     "collectives": "one CPU rank (uni executor): no process group, no collectives run",
     "cache-hits": "no engine cache entry point is wrapped by the census",
@@ -131,9 +136,12 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     steps = int(req.get("steps", 4))
     os.environ.__class__ = _RecordingEnviron  # which VLLM_OVL_* switches vLLM reads from here on
     try:
-        llm = _engine(req["model"], scenario)
+        draft = req.get("draft") or NGRAM
+        if draft not in DRAFTS:
+            raise SystemExit(f"vllm census: draft {draft!r} is not one of {', '.join(DRAFTS)}")
+        llm = _engine(req["model"], scenario, draft)
         try:
-            run = _run(llm, req["model"], scenario, steps, placement)
+            run = _run(llm, req["model"], scenario, steps, placement, draft)
         finally:
             import vllm_worker
 
@@ -174,16 +182,19 @@ def _named_by_caller(key: str) -> bool:
     return key in code.co_consts or any(frame.f_locals.get(v) == key for v in code.co_freevars)
 
 
-def _engine(model: str, scenario: str) -> Any:
-    """vllm_worker's engine (in this process, uni executor, float32, eager) with the scenario's settings."""
+def _engine(model: str, scenario: str, draft: str = NGRAM) -> Any:
+    """vllm_worker's engine (in this process, uni executor, float32 or the model's own settings, eager) with the
+    scenario's settings; the spec scenarios speculate with ``draft`` (n-gram, or the model's MTP head)."""
     import vllm_worker
 
     extra: dict[str, Any] = {"max_num_seqs": 2 * BATCH}
     if scenario == "prefill-chunk":
         extra |= {"max_num_batched_tokens": CHUNK, "enable_chunked_prefill": True}
     if STEP_KIND.get(scenario, scenario) == "spec-verify-step":
-        # the spec task's n-gram proposer (prompt lookup 2-5), without its counters: the census counts a step as is
-        extra["speculative_config"] = vllm_worker.speculative_config(vllm_worker.NGRAM, SPEC_K)
+        # the spec task's proposer, without its counters (the census counts a step as is), and the model's own
+        # speculative settings (the hybrid: prefix caching off)
+        extra["speculative_config"] = vllm_worker.speculative_config(draft, SPEC_K)
+        extra |= vllm_worker.model_settings(model)["speculative_args"]
     return vllm_worker._llm(model, engine_args=extra)
 
 
@@ -297,7 +308,9 @@ def _count_waits(census: Any, runner: Any) -> int:
     return events
 
 
-def _run(llm: Any, model: str, scenario: str, steps: int, placement: str) -> dict[str, Any]:
+def _run(
+    llm: Any, model: str, scenario: str, steps: int, placement: str, draft: str = NGRAM
+) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # torch_census sits next to this module
     from torch_census import Census
     from vllm import SamplingParams
@@ -363,7 +376,22 @@ def _run(llm: Any, model: str, scenario: str, steps: int, placement: str) -> dic
         "respelled": respelled,
         "events": events,
         "runner": f"{type(runner).__module__}.{type(runner).__qualname__}",
+        "draft": draft,
     }
+
+
+def standin_label() -> str | None:
+    """The test infrastructure in the engine's path (None: the real engine only): the torchvision stub the hybrid
+    qwen3_5 needs (vllm_worker.prepare), with how many of its objects were called (each call raises)."""
+    import vllm_worker
+
+    stub = vllm_worker.standin()
+    if stub is None:
+        return None
+    return (
+        f"torchvision: the {stub['torchvision']}'s inert stub (support/testbackends/shared; "
+        f"{len(stub['modules'])} modules served, {len(stub['calls'])} calls)"
+    )
 
 
 def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> dict[str, Any]:
@@ -373,8 +401,12 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
         "decode-step": f"plain decode, batch {BATCH}",
         **{s: f"plain decode, batch {BATCH}, seeded sampled requests {SAMPLED[s]}" for s in SAMPLED},
         "prefill-chunk": f"one request, chunked prefill of {CHUNK} tokens per step",
-        "spec-verify-step": f"n-gram speculative (k={SPEC_K}, lookup 2-5), batch {BATCH}, "
-        f"draft tokens per counted step: {run['drafts']}",
+        "spec-verify-step": (
+            f"MTP speculative (the model's own MTP head, k={SPEC_K})"
+            if run["draft"] == MTP
+            else f"n-gram speculative (k={SPEC_K}, lookup 2-5)"
+        )
+        + f", batch {BATCH}, draft tokens per counted step: {run['drafts']}",
     }
     described["spec-verify-step-sampled"] = (
         described["spec-verify-step"] + f", seeded sampled requests {SAMPLED['spec-verify-step-sampled']}"
@@ -412,7 +444,7 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
         metrics,
         notes,
         steps=steps,
-        standin=None,
+        standin=standin_label(),
         detail={
             "step_kinds": run["kinds"],
             "drafts": run["drafts"],
@@ -421,5 +453,6 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
             "placement": placement,
             "split": run["split"],
             "flags_read": sorted(_RecordingEnviron.read),
+            "draft": run["draft"],
         },
     )

@@ -152,9 +152,11 @@ def _gib(nbytes: int | None) -> str:
 
 
 def _engine(model: str) -> Any:
+    import vllm_worker  # next to this module: the model's own settings (the hybrid qwen3_5: bfloat16, text only)
     from vllm import LLM
 
-    return LLM(model=model, dtype="float32", max_model_len=MAX_MODEL_LEN, enforce_eager=True, seed=0)
+    args = {"dtype": "float32", **vllm_worker.model_settings(model)["engine_args"]}
+    return LLM(model=model, max_model_len=MAX_MODEL_LEN, enforce_eager=True, seed=0, **args)
 
 
 def _shutdown(llm: Any) -> None:
@@ -208,7 +210,11 @@ def census(req: CensusRequest) -> dict[str, Any]:
         out = Path(tmp) / "out"
         site.mkdir()
         out.mkdir()
-        (site / "sitecustomize.py").write_text("import vllm_cold_hook\n\nvllm_cold_hook.install()\n")
+        # the arm's own sitecustomize (the vLLM harness's: the torchvision stub where the model needs it) is shadowed
+        # by this one: it runs first, so what it imports is the interpreter's start-up, as in this process
+        (site / "sitecustomize.py").write_text(
+            "import vllm_cold_hook\n\nvllm_cold_hook.run_shadowed(__file__)\nvllm_cold_hook.install()\n"
+        )
         os.environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(site), workers, os.environ.get("PYTHONPATH", "")) if p
         )
@@ -240,6 +246,7 @@ def census(req: CensusRequest) -> dict[str, Any]:
             _shutdown(llm)
         docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
+    import vllm_census
     from torch_census_steps import METRICS as TORCH_METRICS
 
     summary = summarize(docs, parent=os.getpid(), t_first=t_first)
@@ -286,5 +293,5 @@ def census(req: CensusRequest) -> dict[str, Any]:
             "greedy": [[int(t) for t in r.outputs[0].token_ids] for r in res],
         },
         "notes": notes,
-        "standin": None,
+        "standin": vllm_census.standin_label(),
     }
