@@ -2,7 +2,7 @@
 Greedy identity, teacher-forced logits (capped positions), speculative decoding (draft models and n-gram; the hybrid
 qwen3_5's own MTP head), speed and time to first token run through workers/vllm_worker.py in each arm
 (docs/engines/vllm.md). The hybrid runs with settings of its own (bfloat16, text only, the labelled torchvision stub:
-the worker's ``model_settings``), the same in both arms and named in the report (``model.settings``)."""
+workers/vllm_settings.py ``model_settings``), the same in both arms and named in the report (``model.settings``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ HYBRID_SKIPS = {
 
 @dataclass(frozen=True)
 class Traits:
-    """What a model folder's config.json says that changes how the check runs it in vLLM (the worker's
+    """What a model folder's config.json says that changes how the check runs it in vLLM (workers/vllm_settings.py
     ``model_settings`` decides the engine's settings from the same fields)."""
 
     hybrid: bool  # gated-delta (linear attention) layers: qwen3_5
@@ -94,14 +94,16 @@ class VllmAdapter:
             return drafts, {}
         kept: dict[str, Path | str] = {MTP: MTP} if t.mtp else {}
         skipped = {label: HYBRID_SKIPS.get(label, "not run on a hybrid target") for label in drafts}
-        return kept, {"real": HYBRID_SKIPS["real"], **skipped}
+        if "real" in drafts and Path(drafts["real"]) == models.target:
+            skipped["real"] = "the target is its own drafter: its MTP head, the 'mtp' run"
+        return kept, skipped
 
     def model_settings(self, arm: Arm, models: Models) -> dict[str, Any]:
-        """The worker's ``model_settings`` for the target (what the engine does differently for it: the hybrid's
+        """workers/vllm_settings.py ``model_settings`` for the target (what the engine does differently for it: the hybrid's
         bfloat16, text-only mode, torchvision stub), read in ``arm`` without starting an engine."""
         code = (
-            "import json, sys; sys.path.insert(0, sys.argv[1]); import vllm_worker; "
-            "print(json.dumps(vllm_worker.model_settings(sys.argv[2])))"
+            "import json, sys; sys.path.insert(0, sys.argv[1]); import vllm_settings; "
+            "print(json.dumps(vllm_settings.model_settings(sys.argv[2])))"
         )
         settings: dict[str, Any] = arm.run_code_json(code, str(WORKERS), str(models.target), timeout=600)
         return settings
@@ -141,22 +143,18 @@ class VllmAdapter:
         tk = target_kind or DEFAULT_TARGET
         hybrid = tk in tinymodels.KINDS and base_arch(tk) == "qwen3_5"  # an unknown kind: build() says so
         # a random target gets the random drafter, so that a run on random models needs no mlx training; a hybrid
-        # target drafts with its own MTP head alone (spec_drafts), so no drafter is built for it unless asked for
-        dk = draft_kind or (None if hybrid else DEFAULT_DRAFT if tinymodels.is_trained(tk) else RANDOM_DRAFT)
+        # target is its own drafter (its MTP head: spec_drafts), as SGLang's NextN kinds are
+        dk = draft_kind or (tk if hybrid else DEFAULT_DRAFT if tinymodels.is_trained(tk) else RANDOM_DRAFT)
         reporter.step(
             "model",
             f"bundled tiny models: target {tk}, "
-            + (f"draft {dk}" if dk else "its own MTP head as the draft")
+            + ("its own MTP head as the draft" if dk == tk else f"draft {dk}")
             + " (trained ones with the stock mlx-lm arm)",
         )
-        trained = tinymodels.is_trained(tk) or (
-            draft is None and dk is not None and tinymodels.is_trained(dk)
-        )
+        trained = tinymodels.is_trained(tk) or (draft is None and tinymodels.is_trained(dk))
         python = tinymodels.stock_mlx_python(root, reporter=reporter) if trained else None
         target = tinymodels.build(tk, root=root, python=python, reporter=reporter)
-        real_draft = draft or (
-            tinymodels.build(dk, root=root, python=python, reporter=reporter) if dk else None
-        )
+        real_draft = draft or tinymodels.build(dk, root=root, python=python, reporter=reporter)
         return Models(target=target, target_kind=tk, draft=real_draft, draft_kind=None if draft else dk)
 
     def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:

@@ -31,7 +31,7 @@ SITE = REPO / "support" / "testbackends" / "vllm" / "site"
 SHARED = REPO / "support" / "testbackends" / "shared"
 sys.path.insert(0, str(WORKERS))
 
-import vllm_worker  # noqa: E402  (a worker script's module, from its folder)
+import vllm_settings  # noqa: E402  (a worker script's module, from its folder)
 
 HYBRID_TEXT = {
     "model_type": "qwen3_5_text",
@@ -65,23 +65,23 @@ def llama(tmp_path: Path) -> Path:
 
 
 def test_the_hybrid_runs_in_bf16_text_only_with_the_stub(hybrid: Path, llama: Path) -> None:
-    s = vllm_worker.model_settings(str(hybrid))
+    s = vllm_settings.model_settings(str(hybrid))
     assert s["engine_args"] == {"dtype": "bfloat16", "language_model_only": True}
     assert s["speculative_args"] == {"enable_prefix_caching": False}
     assert s["hybrid"] and s["mtp"]
-    assert s["torchvision_stub"] == vllm_worker.STUB_HARNESS
+    assert s["torchvision_stub"] == vllm_settings.STUB_HARNESS
     assert len(s["why"]) == 4 and any("BF16" in w for w in s["why"])
     # a llama runs as it always did: float32 (the check's default), prefix caching, no stub
-    plain = vllm_worker.model_settings(str(llama))
+    plain = vllm_settings.model_settings(str(llama))
     assert plain["engine_args"] == {} and plain["speculative_args"] == {}
     assert plain["torchvision_stub"] is None and not plain["hybrid"] and not plain["mtp"]
-    assert vllm_worker.model_settings("")["engine_args"] == {}  # a census on its own model
+    assert vllm_settings.model_settings("")["engine_args"] == {}  # a census on its own model
     # the adapter reads the same two facts from the same config (it cannot import the worker)
     for folder in (hybrid, llama):
-        worker = vllm_worker.model_settings(str(folder))
+        worker = vllm_settings.model_settings(str(folder))
         assert (traits(folder).hybrid, traits(folder).mtp) == (worker["hybrid"], worker["mtp"])
     text_only = _model(hybrid.parent, "text-only", {"model_type": "qwen3_5_text", **HYBRID_TEXT})
-    t = vllm_worker.model_settings(str(text_only))
+    t = vllm_settings.model_settings(str(text_only))
     assert t["engine_args"] == {"dtype": "bfloat16"} and t["torchvision_stub"] is None
 
 
@@ -122,7 +122,7 @@ def test_a_hybrid_target_drafts_with_its_own_mtp_head_alone(tmp_path: Path, hybr
         worker,
         stock,
         patched,
-        Models(target=hybrid, draft=None),
+        Models(target=hybrid, draft=hybrid),  # the adapter's bundled hybrid: its own drafter
         [[0, 1], [0, 2]],
         runs,
         CheckOptions(engine="vllm"),
@@ -130,7 +130,18 @@ def test_a_hybrid_target_drafts_with_its_own_mtp_head_alone(tmp_path: Path, hybr
         reporter,
     )
     assert [r["drafts"] for r in worker.requests] == [{"mtp": "mtp"}] * 2
-    assert spec["not_run"] == {label: HYBRID_SKIPS[label] for label in ("real", "self", "never", "ngram")}
+    assert spec["not_run"] == {
+        "self": HYBRID_SKIPS["self"],
+        "never": HYBRID_SKIPS["never"],
+        "real": "the target is its own drafter: its MTP head, the 'mtp' run",
+        "ngram": HYBRID_SKIPS["ngram"],
+    }
+    assert not (
+        tmp_path / "never-draft"
+    ).exists()  # the never-right copy is not written for a draft that does not run
+    # a llama drafter given for the hybrid does not run either (stock vLLM leaves serial greedy at a margin of 7.4)
+    _, skipped = VllmAdapter().spec_drafts(Models(target=hybrid), {"real": tmp_path / "llama-draft"})
+    assert skipped == {"real": HYBRID_SKIPS["real"]}
     assert spec["mtp"]["patched"]["acceptance_rate"] == pytest.approx(6 / 9)
     assert spec["mtp"]["stock_identical_to_serial"] is False
     assert spec["mtp"]["stock_divergences"] == [{"prompt": 1, "position": 2, "serial_margin": 0.0625}]
@@ -171,10 +182,10 @@ def test_where_a_speculative_output_leaves_serial_greedy() -> None:
 
 
 def _python(code: str, *, stub: bool, pythonpath: list[Path]) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", vllm_worker.TORCHVISION_STUB)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", vllm_settings.TORCHVISION_STUB)}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     if stub:
-        env[vllm_worker.TORCHVISION_STUB] = "1"
+        env[vllm_settings.TORCHVISION_STUB] = "1"
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
     )
@@ -198,7 +209,7 @@ def test_the_torchvision_stub_is_labelled_inert_and_loud() -> None:
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["version"] == "0.0.0+overlay.stub"
-    assert got["harness"] == got["installed"] == vllm_worker.STUB_HARNESS
+    assert got["harness"] == got["installed"] == vllm_settings.STUB_HARNESS
     assert got["calls"] == ["torchvision.transforms.v2.functional.resize"]
     assert "stubbed out by the overlay vLLM CPU test harness" in got["raised"]
     assert got["repr"] == "<overlay torchvision stub torchvision.transforms.v2.functional.resize>"

@@ -10,7 +10,7 @@ tokens as stock seed for seed. ``params``: more SamplingParams fields (``top_k``
 every run. ``speculative``: ``"ngram"`` decodes with vLLM's n-gram proposer (k = 3, lookup 2-5, the check's spec
 task), ``"mtp"`` with the model's own MTP head (the hybrid qwen3_5), so the runs go through the rejection sampler's
 random path; vLLM's spec-decode counters come back (``vllm_worker.engine_counters``). The engine takes the model's
-own settings (``vllm_worker.model_settings``: the hybrid's bfloat16 and torchvision stub).
+own settings (``vllm_settings.model_settings``: the hybrid's bfloat16 and torchvision stub).
 CLI-style options are refused: the series' vLLM switches are environment variables.
 """
 
@@ -29,11 +29,11 @@ def main() -> None:
     if req.get("options"):
         raise SystemExit(f"sample_vllm: CLI options {sorted(req['options'])} are not applied by the engine")
     sys.path.insert(0, str(ENGINE_WORKERS))
+    import vllm_settings
     import vllm_worker
 
-    vllm_worker.prepare(
-        req["model"]
-    )  # the hybrid's torchvision stub, before vLLM (and transformers) is imported
+    # the hybrid's torchvision stub, before vLLM (and transformers) is imported
+    vllm_settings.prepare(req["model"])
     from vllm import SamplingParams
 
     n = int(req["positions"])

@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import vllm_settings
 from census_sites import census_record, flag_notes
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def _engine(model: str, scenario: str, draft: str = NGRAM) -> Any:
         # the spec task's proposer, without its counters (the census counts a step as is), and the model's own
         # speculative settings (the hybrid: prefix caching off)
         extra["speculative_config"] = vllm_worker.speculative_config(draft, SPEC_K)
-        extra |= vllm_worker.model_settings(model)["speculative_args"]
+        extra |= vllm_settings.model_settings(model)["speculative_args"]
     return vllm_worker._llm(model, engine_args=extra)
 
 
@@ -380,20 +381,6 @@ def _run(
     }
 
 
-def standin_label() -> str | None:
-    """The test infrastructure in the engine's path (None: the real engine only): the torchvision stub the hybrid
-    qwen3_5 needs (vllm_worker.prepare), with how many of its objects were called (each call raises)."""
-    import vllm_worker
-
-    stub = vllm_worker.standin()
-    if stub is None:
-        return None
-    return (
-        f"torchvision: the {stub['torchvision']}'s inert stub (support/testbackends/shared; "
-        f"{len(stub['modules'])} modules served, {len(stub['calls'])} calls)"
-    )
-
-
 def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> dict[str, Any]:
     report = run["report"]
     metrics = dict(report["metrics"])
@@ -444,7 +431,7 @@ def _result(scenario: str, steps: int, placement: str, run: dict[str, Any]) -> d
         metrics,
         notes,
         steps=steps,
-        standin=standin_label(),
+        standin=vllm_settings.standin_label(),
         detail={
             "step_kinds": run["kinds"],
             "drafts": run["drafts"],

@@ -152,10 +152,10 @@ def _gib(nbytes: int | None) -> str:
 
 
 def _engine(model: str) -> Any:
-    import vllm_worker  # next to this module: the model's own settings (the hybrid qwen3_5: bfloat16, text only)
+    import vllm_settings  # next to this module: the model's own settings (the hybrid qwen3_5: bfloat16, text only)
     from vllm import LLM
 
-    args = {"dtype": "float32", **vllm_worker.model_settings(model)["engine_args"]}
+    args = {"dtype": "float32", **vllm_settings.model_settings(model)["engine_args"]}
     return LLM(model=model, max_model_len=MAX_MODEL_LEN, enforce_eager=True, seed=0, **args)
 
 
@@ -246,7 +246,7 @@ def census(req: CensusRequest) -> dict[str, Any]:
             _shutdown(llm)
         docs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
-    import vllm_census
+    import vllm_settings
     from torch_census_steps import METRICS as TORCH_METRICS
 
     summary = summarize(docs, parent=os.getpid(), t_first=t_first)
@@ -293,5 +293,5 @@ def census(req: CensusRequest) -> dict[str, Any]:
             "greedy": [[int(t) for t in r.outputs[0].token_ids] for r in res],
         },
         "notes": notes,
-        "standin": vllm_census.standin_label(),
+        "standin": vllm_settings.standin_label(),
     }
