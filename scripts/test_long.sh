@@ -12,7 +12,8 @@
 # MTP head (tests/engines/mlx_lm/test_spec_sampling_hybrid.py and test_spec_sampling_mtp.py, ~3 minutes each);
 # ExLlamaV3's full compile of every unit the series recompiles and of the EXL3_OVL_BSZN=16 units
 # (tests/engines/exllamav3/test_exl3_compile.py, ~25 min on 2 loaded cores) and its device script's dry run
-# (test_exl3_device.py, ~10 min). Same setup as scripts/test.sh.
+# (test_exl3_device.py, ~10 min); ExLlamaV3's ring schedules on upstream's Triton kernels in Triton's interpreter
+# (test_exl3_drafter_kv.py, ~2 min). Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"

@@ -157,3 +157,25 @@ def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
 def test_cli_options_are_refused(arms: Arms) -> None:
     with pytest.raises(ExternalCommandError, match="model_init/loader switches"):
         census(arms.patched, "draft-round", options={"--draft_window": "512"})
+
+
+def test_q8_ring_write_back_uploads_once_per_step(arms: Arms) -> None:
+    """0009's quantized rings (ring_bits: what --draft_cache_quant 8 makes of a --draft_window drafter's rings with
+    EXL3_OVL_SWA_RING=1): the DFlash write-back after verify uploads one table for every row and layer; the previous
+    0009 made two pageable uploads per sequence and layer (bsz 2: 13 h2d copies per verify step, bsz 3: 19)."""
+    ring = {"EXL3_OVL_SWA_RING": "1"}
+    for bsz in (2, 3):
+        fp16 = census(arms.patched, "spec-verify-step", ring, bsz=bsz)
+        q8 = census(arms.patched, "spec-verify-step", ring, bsz=bsz, ring_bits=[8, 8])
+        assert "quantized" in " ".join(q8["notes"])
+        # one more upload than the fp16 ring's step (which writes its rows with device slice copies), whatever bsz
+        assert q8["metrics"]["h2d-copies"] == fp16["metrics"]["h2d-copies"] + 1
+        assert q8["metrics"]["pageable-copies"] == fp16["metrics"]["pageable-copies"] + 1
+        assert q8["metrics"]["host-syncs"] == fp16["metrics"]["host-syncs"]
+        sites = dict(map(tuple, q8["sites"]["h2d-copies"]))
+        assert sites.get("exllamav3/util/device_copy.py:102") == q8["steps"]  # host_to_device, once a step
+    # the switches a quantized ring needs are checked: a clear refusal, not a stand-in traceback
+    with pytest.raises(ExternalCommandError, match="EXL3_OVL_SWA_RING=1"):
+        census(arms.patched, "spec-verify-step", ring_bits=[8, 8])
+    with pytest.raises(ExternalCommandError, match="no quantized window ring"):
+        census(arms.stock, "spec-verify-step", ring, ring_bits=[8, 8])

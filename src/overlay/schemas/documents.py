@@ -419,6 +419,9 @@ class CensusRequest(TypedDict):
     # a census variant's own settings (overlay.check.census.Variant.extra)
     draft: NotRequired[str]
     drafter_layers: NotRequired[Literal["ring", "paged"]]
+    # exllamav3: the ring drafter's rings quantized (k_bits, v_bits), and the batch size (default 2)
+    ring_bits: NotRequired[list[int]]
+    bsz: NotRequired[int]
     sampler: NotRequired[dict[str, Any]]
     # the mlx-lm census's own knobs (its defaults when absent): prompt text, prefill chunk, draft length, prompt length
     prompt_text: NotRequired[str]

@@ -247,7 +247,7 @@ def test_dflash_prefill_crop(arms: Arms) -> None:
     assert mixed_cropped["projected"]["fc_rows"] < mixed_full["projected"]["fc_rows"]
 
 
-@pytest.mark.long  # ~1 minute on 2 cores: scripts/test_long.sh
+@pytest.mark.long  # ~80 s on 2 cores: scripts/test_long.sh
 def test_swa_ring_q8(arms: Arms) -> None:
     schedule = {"seed": 4, "window": 256, "steps": 50}
     stock = arms.stock.run_json(probe("swa_ring.py"), {**schedule, "grid": True})
@@ -266,19 +266,43 @@ def test_swa_ring_q8(arms: Arms) -> None:
     err4 = arms.patched.run_json(probe("swa_ring.py"), {**gauss, "quant": [4, 4]})["max_abs_vs_oracle"]
     assert 0 < err8 < 0.05 < err4 < 1.0
 
-    # the extension's own format (upstream's Triton decoder _qc_load_v on Triton's CPU interpreter, an encoder
-    # checked against it): the ring reads back exactly what a quantized cache holds, over three wraps, and its
-    # outputs stay within the format's error of the fp16 history
+    # the extension's own format: rows quantized with the CUDA kernel's arithmetic (_qcache_real: quant_block_x4's
+    # butterfly, fp32 scale absmax + 1e-10, fma and floor), read back by upstream's Triton decoder _qc_load_v on
+    # Triton's CPU interpreter at decode and by the CUDA dequant's arithmetic for a prefill: the ring reads back
+    # exactly what a quantized cache holds, over three wraps, and its outputs stay within the format's error of the
+    # fp16 history
     real = {"seed": 4, "window": 256, "steps": 100, "ring": True, "codec": "real", "head_dim": 32}
     r8 = arms.patched.run_json(probe("swa_ring.py"), {**real, "quant": [8, 8]})
     r4 = arms.patched.run_json(probe("swa_ring.py"), {**real, "quant": [4, 4], "steps": 30})
-    for doc in (r8, r4):
-        assert doc["codec_check"]["max_half_steps"] < 1.25  # encoder == the format upstream decodes
-        assert doc["codec_check"]["authors_codec_rel_l2"] > 0.5  # the authors' codec is not that format
+    # three sequences: the batched row writes
+    r8b = arms.patched.run_json(probe("swa_ring.py"), {**real, "quant": [8, 8], "steps": 60, "bsz": 3})
+    for doc in (r8, r4, r8b):
+        check = doc["codec_check"]
+        assert check["max_half_steps"] < 1.25  # encoder == the format upstream decodes
+        assert check["authors_codec_rel_l2"] > 0.5  # the authors' first codec is not that format
+        # the kernel's butterfly is upstream's H32 (whose entries are fp16), and its dequant agrees with upstream's
+        # decoder rotated back to fp16 rounding
+        assert check["h32_signs_equal"] and check["h32_max_abs"] < 1e-4
+        assert check["cuda_vs_triton_max_abs"] < 0.05
         assert doc["quant_oracle_mismatches"] == 0 and doc["state"] == "SWALayerState_quant"
+        # the ring's stored words and scales, and what upstream's decoder reads from them, equal the kernel
+        # arithmetic's encoding of each window row bit for bit; a code the extension's approximate reciprocal could
+        # change is counted (rcp_sensitive: at most a few in 10^5 values)
+        rows = doc["ring_rows"]
+        assert rows["rows"] > 0 and rows["mismatches"] == 0 and rows["rcp_sensitive"] * 1000 < rows["rows"]
     assert r8["final_positions"][0] > 3 * r8["kv_state_size"]
     assert r8["codec_check"]["rel_l2"] < 0.01 < r4["codec_check"]["rel_l2"] < 0.1
     assert 0 < r8["max_abs_vs_oracle"] < 0.05 < r4["max_abs_vs_oracle"] < 1.0
+
+    # row writes batched per layer: one table upload per write (a DFlash write-back or a prefill's surviving rows,
+    # however many sequences; the previous 0009 uploaded a block table and a start row per sequence), and the
+    # prefill's fp16 scratch covers the hot windows of the batch, not the whole ring pool
+    writes, counts = r8b["quant_writes"], r8b["counts"]  # the previous 0009: 66 calls, 132 uploads, 12 pages
+    assert writes["rows"] > writes["calls"] > 0 and writes["uploads"] <= writes["calls"]
+    assert writes["calls"] == writes["steps"] >= counts["write_back"] + counts["prefill"]
+    assert writes["launches"] <= writes["rows"]
+    pps = r8b["kv_state_size"] // 256
+    assert 0 < writes["scratch_pages"] <= 3 * pps < writes["pool_pages"]
 
     # model_init: --draft_cache_quant reaches the drafter's rings when the ring mode is on
     argv = ["-dw", "512", "-dcq", "8"]
@@ -290,6 +314,32 @@ def test_swa_ring_q8(arms: Arms) -> None:
     assert on["draft_cache"]["ring_types"] == ["SWALayerState_quant"]
     assert off["draft_cache"]["ring_types"] == ["SWALayerState"]
     assert on["draft_cache"]["ring_bytes"] < off["draft_cache"]["ring_bytes"]
+
+
+@pytest.mark.long  # ~2 minutes on 2 cores: scripts/test_long.sh
+def test_swa_ring_on_upstream_kernels_interpreted(arms: Arms) -> None:
+    """The ring schedules on upstream's own Triton paged-attention kernels (paged_attn_triton_decode / _prefill, run by
+    Triton's interpreter on CPU: probes/_triton_cpu.py) instead of the probes' torch references, which were written
+    alongside the patches: stock's linear buffers (shift copies) and the patched ring give bit-identical outputs over
+    several wraps with rewinds and checkpoints, both within the kernels' rounding of attention over the unbounded
+    history; the Q8 ring (0009) read by the decode kernel's online dequant (qc=) and, for a prefill, from the compact
+    fp16 scratch through an identity table, stays within the kernels' rounding of attention over the rows as quantized."""
+    fp16 = {"seed": 6, "window": 256, "steps": 100, "kernels": "interpret"}
+    stock = arms.stock.run_json(probe("swa_ring.py"), fp16)
+    ring = arms.patched.run_json(probe("swa_ring.py"), {**fp16, "ring": True})
+    assert ring["ring"] and not stock["ring"] and stock["clones"] > 0 == ring["clones"]
+    assert ring["digests"] == stock["digests"]
+    assert ring["final_positions"][0] > 3 * ring["kv_state_size"]
+    assert ring["counts"]["rewind"] > 0 and ring["counts"]["stash"] > 0 and ring["counts"]["prefill"] > 0
+    assert 0 < ring["max_abs_vs_oracle"] < 0.02  # the interpreter's arithmetic, not the torch reference's
+    q8 = arms.patched.run_json(
+        probe("swa_ring.py"),
+        {**fp16, "steps": 40, "bsz": 2, "ring": True, "codec": "real", "head_dim": 32, "quant": [8, 8]},
+    )
+    assert q8["state"] == "SWALayerState_quant" and q8["counts"]["prefill"] > 0
+    assert q8["final_positions"][0] > q8["kv_state_size"]
+    assert q8["max_abs_vs_quant_oracle"] < 0.01 < q8["max_abs_vs_oracle"] < 0.05
+    assert q8["ring_rows"]["mismatches"] == 0 and q8["quant_writes"]["uploads"] <= q8["quant_writes"]["steps"]
 
 
 @pytest.mark.long  # ~35 s on 2 cores: scripts/test_long.sh

@@ -2,9 +2,12 @@
 
 Request on stdin: a CensusRequest (overlay/schemas/documents.py): {"task": "census", "model": str (unused: no EXL3
 checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round", "steps": int, "drafter_layers":
-"ring"|"paged" ("ring"), "options": {"--embed_on_device": null} (the only model_init option the census runs)}; the
-patch's flag comes as environment variables of this process. Fixed inputs: bsz 2, K 7 drafts (block 8), the "temp"
-sampler, the real Embedding module placed by the loader's rule (model_ls.py: system RAM unless --embed_on_device).
+"ring"|"paged" ("ring"), "ring_bits": [k_bits, v_bits] (optional, ring drafters: the rings quantized as
+--draft_cache_quant makes them with EXL3_OVL_SWA_RING=1, Cache(swa_ring_bits=...), patch 0009; its row writes run
+the quant kernel's CPU reference), "bsz": int (optional, default 2), "options": {"--embed_on_device": null} (the only
+model_init option the census runs)}; the patch's flag comes as environment variables of this process. Fixed inputs:
+K 7 drafts (block 8), the "temp" sampler, the real Embedding module placed by the loader's rule (model_ls.py: system
+RAM unless --embed_on_device).
 Response on stdout: {"scenario", "steps", "metrics": {metric: value per step, "capturable": true|false|null},
 "sites": {metric: [["path:line", count], ...]}, "notes": [str], "standin": str}.
 
@@ -176,9 +179,13 @@ def census(request: CensusRequest) -> dict[str, Any]:
 
         return run
 
+    ring_bits = _ring_bits(request)
+    bsz = int(request.get("bsz", BSZ))
+    if not 1 <= bsz <= 8:
+        raise SystemExit(f"exllamav3 census: bsz {bsz} out of range; expected 1..8")
     payload: dict[str, Any] = {
         "seed": 11,
-        "bsz": BSZ,
+        "bsz": bsz,
         "block": BLOCK,
         "rounds": steps + WARMUP,
         "decode_rounds": steps + WARMUP if scenario == "decode-step" else 0,
@@ -189,6 +196,8 @@ def census(request: CensusRequest) -> dict[str, Any]:
         "drafter_layers": request.get("drafter_layers", "ring"),
         "device_drafter": True,
     }
+    if ring_bits:
+        payload["ring_bits"] = ring_bits
     if scenario == "decode-step":
         payload["rounds"] = 0
     for name in original:
@@ -262,12 +271,44 @@ def census(request: CensusRequest) -> dict[str, Any]:
         metrics = dict.fromkeys(metrics)
     if scenario == "draft-round":
         notes.append(f"drafter: {payload['drafter_layers']} layers; {DRAFTER_OPS}")
+    if ring_bits:
+        notes.append(
+            f"drafter rings quantized ({ring_bits[0]},{ring_bits[1]} bits, swa_ring_bits); "
+            "quant_cache_paged is a CPU reference (one call = one launch)"
+        )
     notes += [f"{m}: not counted ({why})" for m, why in not_counted.items()]
     if report["violations"]:
         notes.append("capture violations: " + "; ".join(report["violations"][:5]))
     return census_record(
         scenario, report, metrics, notes, standin=STANDIN, detail={"violations": report["violations"][:5]}
     )
+
+
+def _ring_bits(request: Any) -> list[int] | None:
+    """The request's "ring_bits" (checked): a quantized ring needs ring drafter layers, the modular ring
+    (EXL3_OVL_SWA_RING=1) and a wheel with 0009's SWALayerState_quant."""
+    bits = request.get("ring_bits")
+    if bits is None:
+        return None
+    if (
+        not isinstance(bits, list)
+        or len(bits) != 2
+        or not all(isinstance(b, int) and 2 <= b <= 8 for b in bits)
+    ):
+        raise SystemExit(f"exllamav3 census: ring_bits {bits!r}; expected [k_bits, v_bits], each 2..8")
+    if request.get("drafter_layers", "ring") != "ring":
+        raise SystemExit("exllamav3 census: ring_bits needs drafter_layers 'ring' (quantized window rings)")
+    if os.environ.get("EXL3_OVL_SWA_RING") != "1":
+        raise SystemExit(
+            "exllamav3 census: ring_bits needs EXL3_OVL_SWA_RING=1 (a quantized window ring is a modular ring)"
+        )
+    from exllamav3.modules import sliding_attn
+
+    if not hasattr(sliding_attn, "SWALayerState_quant"):
+        raise SystemExit(
+            "exllamav3 census: ring_bits: this wheel has no quantized window ring (SWALayerState_quant, patch 0009)"
+        )
+    return list(bits)
 
 
 def _watch_captured_calls(c: Any, standin: Any) -> set[str]:

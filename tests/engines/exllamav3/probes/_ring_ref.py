@@ -103,15 +103,22 @@ def attention_kernels(payload: dict[str, Any], ref_decode: Callable[..., torch.T
     ``"kernels": "reference"`` (the default, CPU): each module's ``paged_attn_triton_decode`` is the torch reference
     and the graphed C++ decode step (BC) is off: it runs the layer's own projections and kernels, which the probes
     replace. ``"real"`` (a GPU): upstream's Triton kernels; with ``"graphed": true`` the graphed path is left as
-    upstream sets it (``EXL3_BC_ATTN``, on by default), else off. Returns a function giving how many decode steps the
+    upstream sets it (``EXL3_BC_ATTN``, on by default), else off. ``"interpret"`` (CPU): upstream's Triton kernels
+    run by Triton's interpreter (_triton_cpu; the probe sets TRITON_INTERPRET=1 before importing exllamav3), the
+    graphed path off. Returns a function giving how many decode steps the
     graphed path served so far (``SlidingAttention.bc_swa_step`` / ``SharedKVAttention._bc_step`` returning an
     output): a served step ran the layer's real projections, so the probes compare it across arms, never with their
     unbounded reference. The graphed path needs EXL3-quantized projections (bc_attn._module_eligible); the probes'
     fp16 layers are declined, which the count shows."""
-    real = payload.get("kernels", "reference") == "real"
+    kernels = payload.get("kernels", "reference")
+    real = kernels == "real"
     graphed = real and bool(payload.get("graphed"))
+    if kernels == "interpret":
+        import _triton_cpu
+
+        _triton_cpu.install(*modules)
     for module in modules:
-        if not real:
+        if kernels == "reference":
             module.paged_attn_triton_decode = ref_decode
         if graphed:
             from exllamav3.modules.attention_fn import bc_attn

@@ -12,7 +12,8 @@ payload: {"seed": int, "bsz": int, "block": int (drafter block; K = block - 1), 
 "greedy"|"temp"|"fused-temp"|"fused-minp", "drafter": "dflash"|"host" (host: drafts given as a host tensor, as
 the n-gram path does), "embed": "device"|"host"|"loader" (loader: the real Embedding module, placed by the
 loader's rule; "embed_on_device": true applies model_init's --embed_on_device first), "drafter_layers": "ring" (the
-drafter's state side is the wheel's SlidingAttention ring code: _RingLayers), "corrupt": percent, "first_token_job": bool (one job still at
+drafter's state side is the wheel's SlidingAttention ring code: _RingLayers), "ring_bits": [k_bits, v_bits] (those
+rings quantized: Cache(swa_ring_bits=...), 0009; needs EXL3_OVL_SWA_RING=1), "corrupt": percent, "first_token_job": bool (one job still at
 its first token), "serial_job": bool (one job with a checkpoint: stock's serial path), "decode_rounds": int
 (no-draft rounds first), "env": {...}} or {"cases": [...]}
 """
@@ -520,16 +521,25 @@ class _RingLayers:
         )
         self.model = Model.from_config(Config.from_directory(str(directory)))
         bsz = payload.get("bsz", 2)
-        self.cache = Cache(self.model, max_num_tokens=256, max_batch_size=bsz)
+        bits = payload.get("ring_bits")
+        # ring_bits: the quantized rings (0009) that --draft_cache_quant gives the drafter with EXL3_OVL_SWA_RING=1;
+        # their row writes run the quant kernel's CPU reference (the CUDA kernel's arithmetic, _qcache_real)
+        quant = {"swa_ring_bits": tuple(bits)} if bits else {}
+        if bits:
+            import sys
+
+            import _qcache_real
+
+            _qcache_real.install(sys.modules["exllamav3_ext"])
+        self.cache = Cache(self.model, max_num_tokens=256, max_batch_size=bsz, **quant)
         self.layers = list(self.model.attn_modules)
         device = torch.device("cpu", 0)
         for layer in self.layers:
             layer.device = device
         for state_layer in self.cache.recurrent_layers.values():
-            state_layer.alloc("cpu")
-            for name in ("k_state", "v_state"):
-                t = getattr(state_layer, name, None)
-                if isinstance(t, torch.Tensor):
+            state_layer.alloc(device if bits else "cpu")  # a quantized ring uploads its write tables there
+            for name, t in list(vars(state_layer).items()):
+                if isinstance(t, torch.Tensor) and name in ("k_state", "v_state", "qk", "qv", "sk", "sv"):
                     setattr(state_layer, name, dev(t))
         self.dev = dev
         self.states = [self.cache.get_new_state() for _ in range(bsz)]  # the jobs' draft states
@@ -563,10 +573,9 @@ class _RingLayers:
         states = params["recurrent_states"]
         layer0 = self.layers[0]
         plan = layer0.plan_state_rows(states, params["cache_seqlens"].tolist(), lengths, self.block)
-        k_rows = self._rows(
-            self.cache.get_recurrent_layer((layer0.layer_idx, 0)).get_state_tensors()[0],
-            len(lengths) * self.block,
-        ).view(len(lengths), self.block, -1, 16)
+        # the K/V the drafter projects from the target's hidden states: fp16 rows (2 KV heads x 16)
+        k_rows = self.dev(torch.ones((len(lengths) * self.block, 2, 16), dtype=torch.half))
+        k_rows = k_rows.view(len(lengths), self.block, -1, 16)
         for layer in self.layers:
             layer.write_state_rows(states, plan, k_rows, k_rows)
         layer0.commit_state_rows(states, plan)

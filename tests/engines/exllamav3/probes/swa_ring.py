@@ -10,8 +10,11 @@ An unbounded oracle keeps the K/V of every absolute position. Each step's output
 attention over the oracle's rows, and its sha256 is reported so stock and patched arms can be compared.
 
 payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "static": bool, "causal": bool,
-          "device": "cpu"|"cuda", "kernels": "reference"|"real", "quant": [k_bits, v_bits] | null, "grid": bool,
-          "head_dim": int (16), "codec": "reference"|"real"}
+          "device": "cpu"|"cuda", "kernels": "reference"|"real"|"interpret", "quant": [k_bits, v_bits] | null,
+          "grid": bool, "head_dim": int (16), "codec": "reference"|"real"}
+"kernels": "interpret" runs upstream's two Triton paged-attention kernels on CPU in Triton's interpreter
+(_triton_cpu.py) instead of the torch references below; outputs are then compared with the unbounded history within
+a tolerance (max_abs_vs_oracle) and bit for bit across arms, as on a GPU.
 "codec": "real" (head_dim a multiple of 32) uses the extension's format instead: upstream's Triton decoder
 (_qc_load_v, run by Triton's CPU interpreter) and an encoder checked against it (_qcache_real.py).
 "quant" builds the cache with swa_ring_bits (the patched quantized ring); on CPU the quantized-cache kernels are
@@ -36,10 +39,11 @@ if PAYLOAD.get("ring"):
 if PAYLOAD.get("static"):
     os.environ["EXL3_OVL_SWA_RING_STATIC"] = "1"  # persistent ring step tables (patched)
 REAL_CODEC = PAYLOAD.get("codec") == "real"
-if REAL_CODEC:
+KERNELS = PAYLOAD.get("kernels", "reference")
+if REAL_CODEC or KERNELS == "interpret":
     import _qcache_real
 
-    _qcache_real.enable()  # upstream's Triton decoder runs in Triton's CPU interpreter
+    _qcache_real.enable()  # upstream's Triton code runs in Triton's CPU interpreter
 
 import torch
 from _ring_ref import HKV, HQ, PAGE, attend, attention_kernels, decode_reference, visible
@@ -95,6 +99,91 @@ def ref_prefill(
     return out
 
 
+def _count_quant_writes(sliding_attn: Any) -> dict[str, int]:
+    """What the quantized ring's row writes (SWALayerState_quant.write_rows: DFlash write-back and a prefill's
+    surviving rows) ask of the device, counted as they run: the schedule's steps that write rows (filled in by the
+    schedule), calls, rows, host-to-device uploads
+    (sliding_attn.host_to_device) and quant_cache_paged launches inside them; and the prefill's fp16 scratch (the
+    dequant kernels' output pages, largest seen) next to the ring pool's pages."""
+    standin = sys.modules["exllamav3_ext"]
+    counts = {
+        "steps": 0,
+        "calls": 0,
+        "rows": 0,
+        "uploads": 0,
+        "launches": 0,
+        "scratch_pages": 0,
+        "pool_pages": 0,
+    }
+    inside = [False]
+    upload = sliding_attn.host_to_device
+
+    def counted_upload(*args: Any, **kwargs: Any) -> Any:
+        counts["uploads"] += inside[0]
+        return upload(*args, **kwargs)
+
+    sliding_attn.host_to_device = counted_upload
+    cls = sliding_attn.SWALayerState_quant
+    write_rows = cls.write_rows
+
+    def counted_write(self: Any, *args: Any) -> Any:
+        # the old signature (slot, t0, k, v) wrote one row per call; the batched one takes [(slot, t0, k, v)]
+        rows = args[0] if len(args) == 1 else [args]
+        counts["calls"] += 1
+        counts["rows"] += sum(int(r[2].shape[0]) for r in rows)
+        before = standin.calls["quant_cache_paged"]
+        inside[0] = True
+        try:
+            return write_rows(self, *args)
+        finally:
+            inside[0] = False
+            counts["launches"] += standin.calls["quant_cache_paged"] - before
+
+    cls.write_rows = counted_write
+    for name in ("dequant_cache_paged", "dequant_cache_paged_window"):
+        ref = standin.REFERENCES.get(name)
+        if ref is None:
+            continue
+
+        def scratch(*args: Any, _ref: Any = ref) -> Any:
+            counts["scratch_pages"] = max(counts["scratch_pages"], int(args[2].shape[0]))
+            counts["pool_pages"] = int(args[0].shape[0])
+            return _ref(*args)
+
+        standin.REFERENCES[name] = scratch
+    return counts
+
+
+def _ring_rows_check(
+    states: list[Any], rsl: Any, S: int, window: int, oracle_k: list[Any], oracle_v: list[Any]
+) -> dict[str, Any]:
+    """Every row each state's window holds, as the quantized ring stores it, against the reference encoder (the CUDA
+    kernel's arithmetic, _qcache_real.quant_rows) applied to that position's fp16 K/V: packed words and fp16 scales
+    equal, and the rows upstream's Triton decoder (_qc_load_v) reads back from the ring equal, bit for bit, what it
+    reads from the encoder's. `rcp_sensitive`: values whose code depends on the extension's approximate reciprocal."""
+    checked = mismatched = sensitive = 0
+    for b, rs in enumerate(states):
+        positions = list(range(max(0, rs.position - window), rs.position))
+        if not positions:
+            continue
+        at = torch.tensor([t % S for t in positions])
+        for words, scales, bits, oracle in (
+            (rsl.qk, rsl.sk, rsl.k_bits, oracle_k),
+            (rsl.qv, rsl.sv, rsl.v_bits, oracle_v),
+        ):
+            rows = torch.stack([oracle[b][t] for t in positions]).reshape(len(positions), -1)
+            want_w, want_s = _qcache_real.quant_rows(rows, bits)
+            got_w, got_s = words[rs.slot, at].cpu(), scales[rs.slot, at].cpu()
+            same = (got_w == want_w).all(-1) & (got_s.view(torch.int16) == want_s.view(torch.int16)).all(-1)
+            got = _qcache_real.dequant_rotated(got_w, got_s, bits, HKV)
+            want = _qcache_real.dequant_rotated(want_w, want_s, bits, HKV)
+            same &= (got.view(torch.int16) == want.view(torch.int16)).all(-1)
+            checked += len(positions)
+            mismatched += int((~same).sum())
+            sensitive += _qcache_real.rcp_sensitive(rows, bits)
+    return {"rows": checked, "mismatches": mismatched, "rcp_sensitive": sensitive}
+
+
 def main() -> None:
     import tempfile
     from pathlib import Path
@@ -104,17 +193,18 @@ def main() -> None:
     from exllamav3.cache.recurrent_util import advance_recurrent_states
     from exllamav3.modules import sliding_attn
 
-    real_kernels = PAYLOAD.get("kernels", "reference") == "real"
     device = torch.device(PAYLOAD.get("device", "cpu"))
     graphed_served = attention_kernels(PAYLOAD, ref_decode, sliding_attn)
-    if not real_kernels:
+    if KERNELS == "reference":
         sliding_attn.paged_attn_triton_prefill = ref_prefill
+    if KERNELS != "real":  # no extension: the quantized-cache kernels are CPU references
         if PAYLOAD.get("quant") and REAL_CODEC:
-            _qcache_real.install(sys.modules["exllamav3_ext"], HKV)
+            _qcache_real.install(sys.modules["exllamav3_ext"])
         elif PAYLOAD.get("quant"):
             import _qcache_ref
 
             _qcache_ref.install(sys.modules["exllamav3_ext"])
+    writes = _count_quant_writes(sliding_attn) if PAYLOAD.get("quant") and KERNELS != "real" else None
 
     rnd = random.Random(PAYLOAD["seed"])
     gen = torch.Generator().manual_seed(PAYLOAD["seed"])
@@ -154,16 +244,21 @@ def main() -> None:
         floors = [0] * bsz
         oracle_k: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
         oracle_v: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
-        # with the real codec: the same history as the cache stores it (each row quantized and decoded by
-        # upstream's decoder), so a ring that reads the right rows matches it bit for bit
+        # with the real codec: the same history as the cache stores it (each row quantized by the CUDA kernel's
+        # arithmetic), decoded as each path reads it: by upstream's Triton decoder at decode (the kernel's online
+        # dequant), by the CUDA dequant for a prefill (the extension's dequant_cache_paged_window into fp16
+        # scratch), so a ring that reads the right rows matches it bit for bit
         quant_oracle = REAL_CODEC and bool(PAYLOAD.get("quant"))
-        oracle_kq: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
-        oracle_vq: list[list[torch.Tensor]] = [[] for _ in range(bsz)]
+        oracle_kq: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(bsz)]
+        oracle_vq: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(bsz)]
         quant_mismatches = 0
 
-        def stored(rows: torch.Tensor, bits: int) -> list[torch.Tensor]:
+        def stored(rows: torch.Tensor, bits: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            """per row: (as the decode kernel reads it, as the prefill's CUDA dequant reads it)"""
             words, scales = _qcache_real.quant_rows(rows.reshape(rows.shape[0], -1), bits)
-            return list(_qcache_real.dequant_rows(words, scales, bits, HKV).view(rows.shape))
+            triton = _qcache_real.dequant_rows(words, scales, bits, HKV).view(rows.shape)
+            cuda = _qcache_real.dequant_rows_cuda(words, scales, bits).view(rows.shape)
+            return list(zip(triton, cuda))
 
         def record(b: int, p0: int, k_rows: torch.Tensor, v_rows: torch.Tensor) -> None:
             del oracle_k[b][p0:], oracle_v[b][p0:]
@@ -182,7 +277,7 @@ def main() -> None:
             {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0},
         )
         clones = 0
-        max_abs = 0.0
+        max_abs = max_abs_q = 0.0
         real_clone = torch.Tensor.clone
 
         def counting_clone(self: Any, *a: Any, **kw: Any) -> Any:
@@ -200,7 +295,9 @@ def main() -> None:
             return torch.randn(*shape, generator=gen).half()
 
         def forward(n: int) -> None:
-            nonlocal mismatches, max_abs, quant_mismatches
+            nonlocal mismatches, max_abs, quant_mismatches, max_abs_q
+            if writes is not None and n > 16:
+                writes["steps"] += 1  # a prefill writes its surviving rows into the ring
             q = torch.randn(bsz, n, HQ, D, generator=gen).half()
             k = kv_rows(bsz, n, HKV, D)
             v = kv_rows(bsz, n, HKV, D)
@@ -222,11 +319,11 @@ def main() -> None:
                         # decode: the step's rows are quantized into the ring before attention; prefill: the
                         # chunk's own rows are read from the projection (fp16), the earlier ones from the ring
                         raw = n > 16
-                        kq = [oracle_k[b][j] if raw and j >= p0 else oracle_kq[b][j] for j in span]
-                        vq = [oracle_v[b][j] if raw and j >= p0 else oracle_vq[b][j] for j in span]
-                        quant_mismatches += int(
-                            not torch.equal(attend(q[b, r], kq, vq, layer.sm_scale), o[b, r])
-                        )
+                        kq = [oracle_k[b][j] if raw and j >= p0 else oracle_kq[b][j][raw] for j in span]
+                        vq = [oracle_v[b][j] if raw and j >= p0 else oracle_vq[b][j][raw] for j in span]
+                        want_q = attend(q[b, r], kq, vq, layer.sm_scale)
+                        quant_mismatches += int(not torch.equal(want_q, o[b, r]))
+                        max_abs_q = max(max_abs_q, float((want_q.float() - o[b, r].float()).abs().max()))
                     want = attend(
                         q[b, r],
                         [oracle_k[b][j] for j in span],
@@ -253,6 +350,8 @@ def main() -> None:
                 k = kv_rows(bsz, 8, HKV, D)
                 v = kv_rows(bsz, 8, HKV, D)
                 plan = layer.plan_state_rows(states, before, lengths, 8)
+                if writes is not None:
+                    writes["steps"] += 1
                 layer.write_state_rows(states, plan, k.to(device), v.to(device))
                 sliding_attn.SlidingAttention.commit_state_rows(states, plan)
                 for b in range(bsz):
@@ -278,6 +377,11 @@ def main() -> None:
             counts[op] += 1
 
         torch.Tensor.clone = real_clone
+        ring_rows = (
+            _ring_rows_check(states, rsl, S, layer.sliding_window, oracle_k, oracle_v)
+            if quant_oracle
+            else None
+        )
         codec_check = None
         if REAL_CODEC and PAYLOAD.get("quant"):
             # the encoder against upstream's decoder, and the authors' reference codec read by upstream's decoder
@@ -303,7 +407,10 @@ def main() -> None:
                 "state_bytes": int(rsl.storage_size()),
                 "codec_check": codec_check,
                 "quant_oracle_mismatches": quant_mismatches if quant_oracle else None,
+                "max_abs_vs_quant_oracle": max_abs_q if quant_oracle else None,
                 "graphed_steps": graphed_served(),
+                "quant_writes": writes,
+                "ring_rows": ring_rows,
             }
         )
 
