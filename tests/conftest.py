@@ -12,6 +12,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overlay.cli.main import main
 from support import Cli, CliResult, World, add_two_patches, make_world
 
+# Folders whose tests run the repository's own engines and models: they use its build folder, which
+# OVERLAY_BUILD_DIR / OVERLAY_CACHE_DIR may move or share (worktrees sharing arm venvs). Every other test builds its
+# own world in tmp_path and must not read or write a build folder the environment names.
+_REPO_BUILD_USERS = {"engines", "census", "check", "tinymodels"}
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_build_dir(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    rel = Path(str(request.node.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    if rel.parts[0] not in _REPO_BUILD_USERS:
+        monkeypatch.delenv("OVERLAY_BUILD_DIR", raising=False)
+        monkeypatch.delenv("OVERLAY_CACHE_DIR", raising=False)
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
