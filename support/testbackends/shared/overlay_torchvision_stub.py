@@ -9,7 +9,7 @@ stub; calling one records the call in :data:`CALLS` and raises, so a code path t
 image or video processor, the vision tower) fails loudly instead of computing garbage, and a test can assert that
 none was attempted even where the caller swallows the error.
 
-Put on ``PYTHONPATH`` of a test arm by a harness's ``sitecustomize`` (support/testbackends/vllm/site); never shipped
+Installed by a harness's ``sitecustomize`` (support/testbackends/vllm/site, support/testbackends/sglang/site); never shipped
 inside a patched wheel. The stub's ``__version__`` is ``0.0.0+overlay.stub`` and every stub module has
 ``__overlay_stub__`` set to the harness that installed it.
 """

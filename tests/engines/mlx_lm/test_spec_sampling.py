@@ -66,18 +66,17 @@ def test_chi_square_helper_matches_known_quantiles() -> None:
     assert abs(stats.chi2_sf(18.307, 10) - 0.05) < 2e-4
 
 
+def noisy_drafter(arms: Arms, target: str, arch: str, seed: int, noise: float) -> str:
+    """A drafter built next to ``target``: its weights with relative noise ``noise`` (seeded), in the stock arm."""
+    path = f"{target}-noise{round(noise * 100):02d}"
+    build = {"path": path, "arch": arch, "seed": seed, "like": target, "noise": noise}
+    arms.stock.run_json(PROBE, {"build": build, "target": target, "draft": None})
+    return path
+
+
 @pytest.fixture(scope="module")
 def drafter(arms: Arms, models: dict[str, str]) -> str:
-    path = models["qwen3"] + "-noise15"
-    arms.stock.run_json(
-        PROBE,
-        {
-            "build": {"path": path, "arch": "qwen3", "seed": 11, "like": models["qwen3"], "noise": 0.15},
-            "target": models["qwen3"],
-            "draft": None,
-        },
-    )
-    return path
+    return noisy_drafter(arms, models["qwen3"], "qwen3", seed=11, noise=0.15)
 
 
 def _payload(models: dict[str, str], draft: str, **extra: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_spec_sampling import ALPHA, CONFIGS, PROBE, PROMPT, RUNS, acceptance_ok, chi_square_p
+from test_spec_sampling import ALPHA, CONFIGS, PROBE, PROMPT, RUNS, acceptance_ok, chi_square_p, noisy_drafter
 
 from overlay.check.envs import Arms
 
@@ -36,16 +36,7 @@ POSITIONS = 3
 
 @pytest.fixture(scope="module")
 def drafter(arms: Arms, models: dict[str, str]) -> str:
-    path = models["hybrid"] + "-noise02"
-    arms.stock.run_json(
-        PROBE,
-        {
-            "build": {"path": path, "arch": "qwen3_5", "seed": 12, "like": models["hybrid"], "noise": 0.02},
-            "target": models["hybrid"],
-            "draft": None,
-        },
-    )
-    return path
+    return noisy_drafter(arms, models["hybrid"], "qwen3_5", seed=12, noise=0.02)
 
 
 def _payload(models: dict[str, str], draft: str, **extra: Any) -> dict[str, Any]:

@@ -267,43 +267,10 @@ def quant_cache_paged(
 
 
 def dequant_paged(compact: bool) -> Any:
-    """dequant_cache_paged (compact False: rows land at their own pages) / dequant_cache_paged_window (True: row b's
-    page j at output page b * pages_per_seq + j; bonus_len rows past cache_seqlens too), CUDA arithmetic"""
+    """The paged / window dequant references of _qcache_ref, rows decoded with the CUDA arithmetic"""
+    import _qcache_ref
 
-    def dequant(
-        k_in: Any,
-        k_sc: Any,
-        k_out: Any,
-        v_in: Any,
-        v_sc: Any,
-        v_out: Any,
-        cache_seqlens: Any,
-        block_table: Any,
-        page_size: Any,
-        extra: Any,
-        compand_a: Any,
-    ) -> None:
-        k_in, k_sc, k_out, v_in, v_sc, v_out, cache_seqlens, block_table = _plain(
-            k_in, k_sc, k_out, v_in, v_sc, v_out, cache_seqlens, block_table
-        )
-        kb = k_in.shape[-1] // k_sc.shape[-1]
-        vb = v_in.shape[-1] // v_sc.shape[-1]
-        pps = block_table.shape[1]
-        bonus = int(extra) if compact else 0
-        for b in range(block_table.shape[0]):
-            n = int(cache_seqlens[b]) + bonus
-            if n == 0:
-                continue
-            logical = torch.arange(n)
-            pages = block_table[b].long()[logical // PAGE]
-            rows = logical % PAGE
-            out_pages = b * pps + logical // PAGE if compact else pages
-            k = dequant_rows_cuda(k_in[pages, rows], k_sc[pages, rows], kb)
-            v = dequant_rows_cuda(v_in[pages, rows], v_sc[pages, rows], vb)
-            k_out[out_pages, rows] = k.view(n, *k_out.shape[2:])
-            v_out[out_pages, rows] = v.view(n, *v_out.shape[2:])
-
-    return dequant
+    return _qcache_ref.dequant_paged(compact, dequant_rows_cuda)
 
 
 def install(standin_module: Any) -> None:
