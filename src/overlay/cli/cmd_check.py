@@ -304,6 +304,20 @@ def table_lines(report: dict[str, Any]) -> list[str]:
         for label in ("self", "never", "real", "mtp", "ngram"):
             if label in sp:
                 s, p = sp[label]["stock"], sp[label]["patched"]
+                if (
+                    "error" in s or "error" in p
+                ):  # a draft an arm's engine could not run (steps.spec_protocol)
+                    lines.append(
+                        f"spec {label:<5} k={sp['k']}: "
+                        + "; ".join(
+                            f"{arm} failed: {r['error'][-160:]}"
+                            if "error" in r
+                            else f"{arm} acceptance {r['acceptance_rate']:.3f} (AL {r['acceptance_length']:.2f})"
+                            for arm, r in (("stock", s), ("patched", p))
+                        )
+                        + f"; patched identical to serial: {sp[label].get('patched_identical_to_serial')}"
+                    )
+                    continue
                 lines.append(
                     f"spec {label:<5} k={sp['k']}: acceptance stock {s['acceptance_rate']:.3f} (AL "
                     f"{s['acceptance_length']:.2f}) patched {p['acceptance_rate']:.3f} (AL {p['acceptance_length']:.2f})"

