@@ -330,6 +330,19 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "exllamav3",
+        "swa-ring",
+        "sliding_attn-persistent-ring-step-tables-capturable",
+        "spec-verify-step",
+        ("eager-launches",),
+        0,
+        "the swa_ring schedule's DFlash write-backs (write_state_rows): kernels per write-back, per-row copies vs "
+        "one index_copy_ per tensor",
+        pending="the swa-ring request profiles decode_flash_attn steps under one tag (draft-round); the write-back "
+        "needs write_state_rows as its own step list tagged spec-verify-step in exllamav3_check.request_for, and a "
+        "bsz > 1 schedule (the device payload runs bsz 1, where the indexed write saves nothing)",
+    ),
+    Probe(
+        "exllamav3",
         "swa-ring-q8",
         "sliding_attn-quantized-Q8-window-ring-for-drafter-la",
         "draft-round",

@@ -179,3 +179,30 @@ def test_q8_ring_write_back_uploads_once_per_step(arms: Arms) -> None:
         census(arms.patched, "spec-verify-step", ring_bits=[8, 8])
     with pytest.raises(ExternalCommandError, match="no quantized window ring"):
         census(arms.stock, "spec-verify-step", ring, ring_bits=[8, 8])
+
+
+def test_ring_write_back_launches_do_not_grow_with_bsz(arms: Arms) -> None:
+    """0021 with EXL3_OVL_SWA_RING_STATIC=1: the DFlash write-back after verify (write_state_rows, 3 ring layers)
+    writes each layer's block with one index_copy_ per tensor through one index uploaded per step, where the ring
+    alone copies k and v per row (the previous 0021 too): 6 launches per step at every bsz instead of 6 per row,
+    for one more (non-blocking, pinned) upload; the write-back region stays capturable."""
+    ring = {"EXL3_OVL_SWA_RING": "1"}
+    static = {**ring, "EXL3_OVL_SWA_RING_STATIC": "1"}
+
+    def write_back(doc: dict[str, Any], metric: str) -> float:
+        sites = doc["sites"].get(metric, [])
+        return float(sum(n for site, n in sites if "sliding_attn.py" in site)) / float(doc["steps"])
+
+    for bsz in (1, 2, 4):
+        copies = census(arms.patched, "spec-verify-step", ring, bsz=bsz)
+        indexed = census(arms.patched, "spec-verify-step", static, bsz=bsz)
+        assert write_back(copies, "eager-launches") == 6 * bsz
+        assert write_back(indexed, "eager-launches") == 6
+        saved = copies["metrics"]["eager-launches"] - indexed["metrics"]["eager-launches"]
+        assert saved == 6 * (bsz - 1)  # nothing at bsz 1 (the upload is the one op more there)
+        assert write_back(indexed, "h2d-copies") == 1 and write_back(copies, "h2d-copies") == 0
+        assert indexed["metrics"]["h2d-copies"] == copies["metrics"]["h2d-copies"] + 1
+        for metric in ("pageable-copies", "host-syncs"):
+            assert indexed["metrics"][metric] == copies["metrics"][metric]
+        # the write_state_rows calls run in a capture-check region: no host read, no pageable copy in either
+        assert indexed["metrics"]["capturable"] is True and copies["metrics"]["capturable"] is True

@@ -342,11 +342,14 @@ def test_swa_ring_on_upstream_kernels_interpreted(arms: Arms) -> None:
     assert q8["ring_rows"]["mismatches"] == 0 and q8["quant_writes"]["uploads"] <= q8["quant_writes"]["steps"]
 
 
-@pytest.mark.long  # ~35 s on 2 cores: scripts/test_long.sh
+@pytest.mark.long  # ~75 s on 2 cores: scripts/test_long.sh
 def test_swa_ring_static_tables(arms: Arms) -> None:
     """EXL3_OVL_SWA_RING_STATIC=1: the ring step's tables through one persistent pinned + device buffer: the same
     tables and attention outputs as the ring, and no per-step device tensor or pageable upload (the census shows
-    the step capturable: tests/census/test_exl3_census.py)."""
+    the step capturable: tests/census/test_exl3_census.py). The DFlash write-back (write_state_rows) writes each
+    layer's block with one index_copy_ per tensor through a persistent index (RingWriteBuffer): ring contents and
+    outputs bit for bit those of the ring's per-row copies (the previous code) over wraps, rewinds and checkpoints,
+    and the same ops per write-back at every batch size (the per-row copies: 2 per row and tensor run)."""
     payload = {"seed": 0, "steps": 120}
     stock = arms.stock.run_json(probe("swa_tables.py"), payload)
     ring = arms.patched.run_json(probe("swa_tables.py"), {**payload, "ring": True, "share": True})
@@ -369,3 +372,23 @@ def test_swa_ring_static_tables(arms: Arms) -> None:
     persistent = arms.patched.run_json(probe("swa_ring.py"), {**schedule, "ring": True, "static": True})
     assert persistent["digests"] == plain["digests"] and persistent["oracle_mismatches"] == 0
     assert persistent["clones"] == 0
+    # the write-back: the same ring rows as the per-row copies (EXL3_OVL_SWA_RING=1 alone) after every write-back,
+    # in a causal one-row schedule and a three-row block schedule (rows of 1..8 accepted tokens: the rest of each
+    # block goes to the spare row), each over more than two wraps of the ring
+    ops = {2: persistent["write_ops"]}
+    for bsz, schedule in ((1, RING_SCHEDULES[0]), (3, {**RING_SCHEDULES[1], "steps": 120, "seed": 3})):
+        sched = {**schedule, "bsz": bsz, "ring": True}
+        copies = arms.patched.run_json(probe("swa_ring.py"), sched)
+        indexed = arms.patched.run_json(probe("swa_ring.py"), {**sched, "static": True})
+        assert indexed["digests"] == copies["digests"] and indexed["oracle_mismatches"] == 0
+        assert indexed["ring_digests"] == copies["ring_digests"] and len(indexed["ring_digests"]) > 10
+        assert min(indexed["final_positions"]) > 2 * indexed["kv_state_size"]
+        assert all(indexed["counts"][op] > 0 for op in ("write_back", "rewind", "stash"))
+        assert all(sum(o.values()) >= 2 * bsz for o in copies["write_ops"])  # k and v per row: grows with bsz
+        ops[bsz] = indexed["write_ops"]
+    # per write-back: the index staged and uploaded (two copies), one index_copy_ for k and one for v, whatever
+    # bsz (the first write-back also makes the persistent buffers)
+    for bsz, per_call in ops.items():
+        assert [{k: n for k, n in o.items() if k != "zeros"} for o in per_call] == [
+            {"copy_": 2, "index_copy_": 2}
+        ] * len(per_call), bsz

@@ -24,6 +24,10 @@ Capturability: the engine's ``torch.cuda.graph`` / ``CUDAGraph.capture_begin`` r
 (torch_census emulates them). A region that calls the target's stood-in forward (``STANDIN_CALLS[:1]``; the census's
 drafter is the target's real Embedding and device-only ops, so a region around it is judged) cannot be judged, since the stand-in's work is not the real forward's, so ``capturable`` is then not measured; a region
 made only of the wheel's own code is measured (False at its first host read, data-dependent shape or pageable copy).
+With the ring drafter two pieces of the wheel's ring code run in capture-check regions (judged like a capture region,
+their ops still counted as eager launches): each layer's ``_decode_state_prep`` (draft-round) and each layer's
+``write_state_rows`` (spec-verify-step: the DFlash write-back after verify); the write-back's plan is taken from the
+host's positions before it (update_kv_from_target's ``cache_seqlens.tolist()``), outside the region.
 
 Replays: torch_census's emulated CUDAGraph records the captured region's device ops and re-runs them at
 ``replay()`` (counted as graph-launches), so a captured round's launches and its replays' outputs are modelled; a
@@ -203,20 +207,27 @@ def census(request: CensusRequest) -> dict[str, Any]:
     for name in original:
         setattr(gen_mod.Generator, name, stepped(name))
     captured_ext = _watch_captured_calls(c, standin)
-    ring_prep = None
+    ring_prep = ring_write = None
     if payload["drafter_layers"] == "ring":
-        # the wheel's per-layer ring step of the drafter forward, judged for capturability (capture_check: its ops
-        # still count as eager launches; no engine region captures a ring drafter here)
+        # the wheel's per-layer ring step of the drafter forward and its per-layer write-back (the DFlash
+        # update_kv_from_target's write_state_rows, in spec-verify-step), each judged for capturability
+        # (capture_check: their ops still count as eager launches; no engine region captures them here)
         from exllamav3.modules.sliding_attn import SlidingAttention
 
         ring_prep = SlidingAttention._decode_state_prep
+        ring_write = SlidingAttention.write_state_rows
 
         def checked_prep(self: Any, *args: Any, **kwargs: Any) -> Any:
             with c.capture_check():
                 return ring_prep(self, *args, **kwargs)
 
+        def checked_write(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with c.capture_check():
+                return ring_write(self, *args, **kwargs)
+
         checked_prep.__wrapped__ = ring_prep  # type: ignore[attr-defined]  # its signature (the probe reads it)
         SlidingAttention._decode_state_prep = checked_prep
+        SlidingAttention.write_state_rows = checked_write
     plain_environ = os.environ.__class__
     os.environ.__class__ = _RecordingEnviron
     try:
@@ -228,6 +239,8 @@ def census(request: CensusRequest) -> dict[str, Any]:
             setattr(gen_mod.Generator, name, fn)
         if ring_prep is not None:
             SlidingAttention._decode_state_prep = ring_prep
+        if ring_write is not None:
+            SlidingAttention.write_state_rows = ring_write
     report = c.report(tag=SCENARIOS[scenario], skip=WARMUP)
     metrics = dict(report["metrics"])
     not_counted = dict(NOT_COUNTED)

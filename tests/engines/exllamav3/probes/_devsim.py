@@ -126,6 +126,9 @@ class _Event:
     def synchronize(self) -> None:
         SYNC["wait:event"] += 1
 
+    def query(self) -> bool:
+        return True  # CPU work is done when the host sees it
+
 
 def install_cuda_mocks() -> None:
     """torch.cuda.synchronize / Event / current_stream that count instead of touching a device, and an empty_like

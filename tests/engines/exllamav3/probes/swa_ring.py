@@ -17,6 +17,8 @@ payload: {"seed": int, "window": int, "steps": int, "bsz": int, "ring": bool, "s
 a tolerance (max_abs_vs_oracle) and bit for bit across arms, as on a GPU.
 "codec": "real" (head_dim a multiple of 32) uses the extension's format instead: upstream's Triton decoder
 (_qc_load_v, run by Triton's CPU interpreter) and an encoder checked against it (_qcache_real.py).
+Per DFlash write-back (plan/write/commit): "ring_digests", the sha256 of the fp16 ring states (every slot's rows,
+k and v) after the write, and "write_ops", the aten ops write_state_rows dispatched (views left out), by name.
 "quant" builds the cache with swa_ring_bits (the patched quantized ring); on CPU the quantized-cache kernels are
 the references in _qcache_ref.py, and "grid" draws K/V on that codec's grid so the round trip is exact.
 On a GPU (scripts/device/exllamav3_check.py) "kernels": "real" keeps the Triton kernels; outputs are then
@@ -184,6 +186,32 @@ def _ring_rows_check(
     return {"rows": checked, "mismatches": mismatched, "rcp_sensitive": sensitive}
 
 
+class _OpCounter:
+    """The aten ops dispatched inside a `with` block, views left out (a TorchDispatchMode), by op name"""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):  # type: ignore[misc]  # torch's mode base is untyped here
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if not func.is_view:
+                    name = func.overloadpacket.__name__
+                    counter.ops[name] = counter.ops.get(name, 0) + 1
+                return func(*args, **(kwargs or {}))
+
+        self.ops: dict[str, int] = {}
+        self.mode = Mode()
+
+    def __enter__(self) -> _OpCounter:
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.mode.__exit__(*exc)
+
+
 def main() -> None:
     import tempfile
     from pathlib import Path
@@ -277,6 +305,8 @@ def main() -> None:
             {"prefill": 0, "decode": 0, "write_back": 0, "rewind": 0, "stash": 0},
         )
         clones = 0
+        ring_digests: list[str] = []
+        write_ops: list[dict[str, int]] = []
         max_abs = max_abs_q = 0.0
         real_clone = torch.Tensor.clone
 
@@ -352,8 +382,16 @@ def main() -> None:
                 plan = layer.plan_state_rows(states, before, lengths, 8)
                 if writes is not None:
                     writes["steps"] += 1
-                layer.write_state_rows(states, plan, k.to(device), v.to(device))
+                k_dev, v_dev = k.to(device), v.to(device)
+                with _OpCounter() as ops:
+                    layer.write_state_rows(states, plan, k_dev, v_dev)
+                write_ops.append(ops.ops)
                 sliding_attn.SlidingAttention.commit_state_rows(states, plan)
+                if not PAYLOAD.get("quant"):
+                    h = hashlib.sha256()
+                    for t in rsl.get_state_tensors():
+                        h.update(t.contiguous().cpu().numpy().tobytes())
+                    ring_digests.append(h.hexdigest()[:16])
                 for b in range(bsz):
                     record(b, before[b], k[b, : lengths[b]], v[b, : lengths[b]])
             elif op == "rewind":
@@ -411,6 +449,8 @@ def main() -> None:
                 "graphed_steps": graphed_served(),
                 "quant_writes": writes,
                 "ring_rows": ring_rows,
+                "ring_digests": ring_digests,
+                "write_ops": write_ops,
             }
         )
 
