@@ -528,21 +528,25 @@ def budget_plan(engine: str, budget_s: float, *, keys: set[str] | None = None) -
     return out
 
 
-def split_budget(total_s: float) -> dict[str, float]:
+def split_budget(total_s: float, *, vllm: bool = True) -> dict[str, float]:
     """Seconds per phase of one device run. The ExLlamaV3 extension builds run in the background while SGLang
     measures (nvcc takes the CPU cores, the SGLang probes the GPU), so ExLlamaV3's probes get what is left after
-    the longer of the two."""
+    the longer of the two. vLLM's check (``vllm``: whether it runs) follows SGLang's on the GPU while the builds
+    are still running: it takes the GPU's idle time before ExLlamaV3's probes, and costs them time only where SGLang
+    and vLLM together outlast the builds (not at the default budget: ``vllm_fits_beside_the_builds``)."""
     sglang_s = float(sum(p.seconds for p in probes("sglang") if not p.pending)) + 30
     build_s = float(EXL3_STOCK_BUILD_S + EXL3_PATCHED_BUILD_S)
     left = total_s - SETUP_S - REPORT_S
     sglang_s = min(sglang_s, max(0.0, left))
+    vllm_s = min(float(VLLM_S), max(0.0, left - sglang_s)) if vllm else 0.0
     return {
         "setup": SETUP_S,
         "sglang": sglang_s,
         "exllamav3_build": min(build_s, max(0.0, left)),
-        "exllamav3": max(0.0, left - max(sglang_s, build_s)),
+        "exllamav3": max(0.0, left - max(sglang_s + vllm_s, build_s)),
         "report": REPORT_S,
         "total": total_s,
+        "vllm": vllm_s,
     }
 
 
@@ -581,3 +585,169 @@ def exl3_schedule(total_s: float = DEFAULT_BUDGET_S) -> dict[str, object]:
         "fits": first_probes + second_probes >= needed,
         "builds_finish": second_build <= max(0.0, second_total - SETUP_S - REPORT_S),
     }
+
+
+# --- vLLM 0.32.0 (scripts/device/vllm_check.py) ----------------------------------------------------------------------
+# The CUDA wheel (326.5 MB) cannot travel; its Python files that the probes import do (scripts/device/vllm_prepare.py:
+# the import closure of the probed modules, stock and the series' changes, with the pure-Python and small native
+# dependencies the GPU image lacks, as compressed archives), and each native module is a labelled stand-in
+# (scripts/device/vllm_native.py). The series' sampling patches gate themselves to the CPU path, so on CUDA the patched
+# functions must equal stock: the probes run the real functions on CUDA tensors in three configurations (stock,
+# patched without flags, patched with every flag of the series), compare the outputs bit for bit and the census
+# counts, and count every entry into a function the series adds (none may be entered on CUDA). One more measurement
+# is a go/no-go for a CUDA variant of 0008, timed and reported, never gated.
+#
+# Estimate on one H200 (not yet run there): three arm processes at once (vLLM's import ~10 s each beside the ExLlamaV3
+# build's compilers, Triton compiles of the sampler, rejection and expand kernels, 14 cases counted once each under
+# the profiler), then one timing process (import, 3 x 2 shapes x 30 interleaved calls): ~90 s measured as a sum of
+# those parts on nothing, so the share is that with a margin.
+VLLM_S = 150
+
+
+@dataclass(frozen=True)
+class VllmProbe:
+    key: str  # vllm_probes.py's cases carry this key
+    patches: tuple[str, ...]  # the patches (name prefixes after NNNN-) whose CUDA side it checks
+    region: str
+    pending: str | None = None  # why it cannot run in this device run (planned, reported as not measured)
+
+
+@dataclass(frozen=True)
+class CpuPathOnly:
+    """A vLLM patch whose change is off the CUDA path: its declared mechanisms are CPU-census claims, which the GPU
+    cannot measure; the device checks instead that CUDA takes stock's path (``probe``), where a probe can run."""
+
+    patch: str  # name prefix after NNNN-
+    gate: str  # what keeps CUDA out, in the patch's own terms
+    probe: str | None  # the VllmProbe key that checks CUDA is unchanged
+
+
+_NATIVE_IMPORT = (
+    "needs {module} imported on CUDA, and its import asks the native _C_stable_libtorch (which cannot travel: 78.8 MB, "
+    "54.4 MB at xz -9e, over the 64 MiB carry limit) {why}"
+)
+
+VLLM_PROBES: tuple[VllmProbe, ...] = (
+    VllmProbe(
+        "imports",
+        (
+            "engine-keep-the-OpenAI-protocol-modules-out-of-the-e",
+            "compilation-import-Inductor-when-something-is-compil",
+        ),
+        "the modules the probed functions' import pulls in on the CUDA platform (vllm.*, torch._inductor, the OpenAI "
+        "protocol stack): the same import chain (vllm.config -> vllm.reasoning -> vllm.entrypoints) that the engine's "
+        "cold start runs",
+    ),
+    VllmProbe(
+        "sampler",
+        (
+            "sample-top-p-over-the-top-k-candidates-on-the-PyTorc",
+            "sample-top-p-alone-from-the-largest-values-on-the-Py",
+        ),
+        "topk_topp_sampler.apply_top_k_top_p (CUDA's dispatch: Triton), apply_top_k_top_p_pytorch (CUDA without "
+        "Triton), TopKTopPSampler.forward_native with seeded generators, Sampler.forward (penalties, temperature, "
+        "top-k/top-p, sampling)",
+    ),
+    VllmProbe(
+        "penalties",
+        ("sample-penalties-at-the-tokens-seen-not-over-the-voc",),
+        "penalties.apply_all_penalties on CUDA logits: contiguous (vLLM's CUDA repetition kernel, a native op: not "
+        "measured) and a non-contiguous view (vLLM's own PyTorch fallback for the repetition penalty)",
+    ),
+    VllmProbe(
+        "rejection",
+        (
+            "cpu-expand-the-rejection-sampler-s-per-request-value",
+            "rejection-sampler-a-recovered-token-only-at-a-reques",
+        ),
+        "rejection_sampler.expand_batch_to_tokens (float32, int32, int64), apply_sampling_constraints, "
+        "rejection_sample with and without draft probabilities, seeded and mixed greedy rows",
+    ),
+    VllmProbe(
+        "penalties-timing",
+        (),
+        "layers.utils.apply_penalties (stock's dense [rows, vocab + 1] counts) vs 0008's "
+        "apply_penalties_at_seen_tokens on CUDA at a 151936 vocabulary, interleaved: a go/no-go for a CUDA variant of "
+        "0008, reported, never gated",
+    ),
+    VllmProbe(
+        "generator-rewind",
+        ("worker-rewind-a-CPU-generator-by-its-state-when-a-pr",),
+        "GPUModelRunner.sample_tokens / _bookkeeping_sync with a CUDA generator (offset rewind)",
+        pending=_NATIVE_IMPORT.format(
+            module="vllm.v1.worker.gpu_model_runner",
+            why="for CUTLASS support (quantization/utils/w8a8_utils.py:41, "
+            "torch.ops._C.cutlass_scaled_mm_supports_block_fp8: measured under torch 2.11.0+cu130)",
+        ),
+    ),
+    VllmProbe(
+        "kv-alloc",
+        ("worker-map-the-CPU-KV-cache-from-zero-pages-instead-",),
+        "v1.worker.utils.allocate_kv_cache on a CUDA device",
+        pending="needs vllm.v1.worker.utils imported on CUDA, which imports the model layers (mamba, attention) whose "
+        "import queries the GPU and Triton at import time: its import closure could not be established without a GPU, "
+        "so it is not in the carried trees",
+    ),
+)
+
+VLLM_CPU_PATH_ONLY: tuple[CpuPathOnly, ...] = (
+    CpuPathOnly(
+        "cpu-fork-the-engine-core-and-the-CPU-workers-where-t",
+        "VLLM_CPU_FORK_WORKERS and the CPU worker (cpu_worker.py, the CPU executor's start)",
+        None,
+    ),
+    CpuPathOnly(
+        "triton_utils-rebind-kernel-overrides-without-reading",
+        "register_kernels, which only CpuPlatform calls (platforms/cpu.py)",
+        None,
+    ),
+    CpuPathOnly(
+        "worker-map-the-CPU-KV-cache-from-zero-pages-instead-",
+        'device.type == "cpu" in allocate_kv_cache',
+        "kv-alloc",
+    ),
+    CpuPathOnly(
+        "sample-top-p-over-the-top-k-candidates-on-the-PyTorc",
+        "allow_cpu_sync (current_platform.is_cpu() in apply_top_k_top_p), and only without Triton",
+        "sampler",
+    ),
+    CpuPathOnly(
+        "sample-top-p-alone-from-the-largest-values-on-the-Py",
+        "allow_cpu_sync (current_platform.is_cpu() in apply_top_k_top_p), and only without Triton",
+        "sampler",
+    ),
+    CpuPathOnly("sample-penalties-at-the-tokens-seen-not-over-the-voc", "not logits.is_cuda", "penalties"),
+    CpuPathOnly(
+        "cpu-expand-the-rejection-sampler-s-per-request-value", 'x.device.type == "cpu"', "rejection"
+    ),
+    CpuPathOnly(
+        "rejection-sampler-a-recovered-token-only-at-a-reques",
+        'target_probs.device.type == "cpu"',
+        "rejection",
+    ),
+    CpuPathOnly(
+        "worker-rewind-a-CPU-generator-by-its-state-when-a-pr",
+        'gen.device.type == "cpu" (a CUDA generator takes stock\'s offset rewind)',
+        "generator-rewind",
+    ),
+)
+
+
+def vllm_probe(key: str) -> VllmProbe | None:
+    return next((p for p in VLLM_PROBES if p.key == key), None)
+
+
+def vllm_probes_for(patch_name: str) -> list[VllmProbe]:
+    """The vLLM probes that check this patch's CUDA side."""
+    return [p for p in VLLM_PROBES if any(_prefix_match(prefix, patch_name) for prefix in p.patches)]
+
+
+def vllm_cpu_path_only(patch_name: str) -> CpuPathOnly | None:
+    return next((c for c in VLLM_CPU_PATH_ONLY if _prefix_match(c.patch, patch_name)), None)
+
+
+def vllm_fits_beside_the_builds(total_s: float = DEFAULT_BUDGET_S) -> bool:
+    """Whether SGLang's and vLLM's GPU time end before the ExLlamaV3 builds' estimate (then vLLM costs the run
+    nothing: ExLlamaV3's probes start when the builds end either way)."""
+    split = split_budget(total_s)
+    return split["sglang"] + split["vllm"] <= split["exllamav3_build"]
