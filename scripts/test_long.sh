@@ -13,7 +13,8 @@
 # ExLlamaV3's full compile of every unit the series recompiles and of the EXL3_OVL_BSZN=16 units
 # (tests/engines/exllamav3/test_exl3_compile.py, ~25 min on 2 loaded cores) and its device script's dry run
 # (test_exl3_device.py, ~10 min); ExLlamaV3's ring schedules on upstream's Triton kernels in Triton's interpreter
-# (test_exl3_drafter_kv.py, ~2 min). Same setup as scripts/test.sh.
+# (test_exl3_drafter_kv.py, ~2 min); the vLLM device check's dry run (tests/check/test_device_vllm.py, ~20 s, plus
+# ~1 min and the CUDA wheel's download the first time: it prepares the carry). Same setup as scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec ./scripts/test.sh -m long "$@"
