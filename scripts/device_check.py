@@ -30,8 +30,7 @@ Every probe or phase that does not fit is skipped with its reason; a mechanism i
 GPU arm is not carried (the mlx CUDA wheel, ~90 MB, is over the carry limit; mlx-lm is checked for real on CPU).
 Exit 0: the engines ran and no measured mechanism fails (nor a vLLM probe finds CUDA changed); 4: a declared mechanism
 does not hold on the GPU, a vLLM patch changes CUDA, or an engine check failed or ran out of time; 2: bad input or
-setup. A dry run's numbers are the CPU census's: it exits 4
-only when the harness itself fails.
+setup. A dry run's numbers are the CPU census's: it exits 4 only when the harness itself fails.
 """
 
 from __future__ import annotations
@@ -440,8 +439,9 @@ def _print_vllm(report: dict[str, Any] | None, dry: bool) -> None:
         print(f"vllm {verdict:<13} {m['key']}: {m.get('reason') or (bad[0][:200] if bad else 'every case')}")
     for rows, t in ((report.get("timing") or {}).get("by_rows") or {}).items():
         lo, fb = t["dense_lower_bound_vs_sparse"], t["dense_view_vs_sparse"]
+        where = "on the CPU (dry run)" if dry else "on CUDA"
         print(
-            f"vllm 0008 {'on the CPU (dry run)' if dry else 'on CUDA'}, {rows} rows: {t['verdict']} (stock/0008 time: x{lo['ratio']} {lo['ci']} against "
+            f"vllm 0008 {where}, {rows} rows: {t['verdict']} (stock/0008 time: x{lo['ratio']} {lo['ci']} against "
             f"stock without its repetition kernel, x{fb['ratio']} {fb['ci']} against its PyTorch fallback; "
             f"0008's host syncs {t['census']['sparse_0008']['host-syncs']})"
         )
