@@ -681,6 +681,17 @@ VLLM_PROBES: tuple[VllmProbe, ...] = (
         ),
     ),
     VllmProbe(
+        "draft-kv-group",
+        ("worker-a-draft-model-takes-the-attention-metadata-of",),
+        "GPUModelRunner's draft-model proposer given its own KV cache group's attention metadata (a hybrid target "
+        "whose group 0 is not the draft's layers)",
+        pending=_NATIVE_IMPORT.format(
+            module="vllm.v1.worker.gpu_model_runner",
+            why="for CUTLASS support (quantization/utils/w8a8_utils.py:41), and the case needs a hybrid target and a "
+            "draft model on the GPU",
+        ),
+    ),
+    VllmProbe(
         "kv-alloc",
         ("worker-map-the-CPU-KV-cache-from-zero-pages-instead-",),
         "v1.worker.utils.allocate_kv_cache on a CUDA device",
@@ -724,6 +735,12 @@ VLLM_CPU_PATH_ONLY: tuple[CpuPathOnly, ...] = (
         "rejection-sampler-a-recovered-token-only-at-a-reques",
         'target_probs.device.type == "cpu"',
         "rejection",
+    ),
+    CpuPathOnly(
+        "cpu-roll-the-gated-delta-conv-window-by-the-request-",
+        "the CPU gated-delta ops (model_executor/layers/mamba/ops/cpu/gdn_attention.py), which only the CPU platform "
+        "calls; CUDA rolls the window in its own Triton kernel",
+        None,
     ),
     CpuPathOnly(
         "worker-rewind-a-CPU-generator-by-its-state-when-a-pr",

@@ -352,7 +352,7 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
             device_out
             and not c._tls.transfer_depth
             and not func.is_view
-            and torch.Tag.inplace not in tags
+            and getattr(torch.Tag, "inplace", None) not in tags  # torch 2.11 has no inplace tag
             and not name.endswith("_")
         ):
             for t in outs:
