@@ -446,6 +446,9 @@ def _broadcast_worker(rank: int, world: int, store_dir: str, out_dir: str) -> No
                 Group().broadcast(t, src=0)
         results["packed" if packed else "three"] = [predict, accept_index, num]
     torch.save(results, f"{out_dir}/rank{rank}.pt")
+    # both ranks done before either closes its sockets: a rank still receiving when its peer tears gloo down aborts
+    # (SIGABRT in one fresh-clone CI run of 2026-12-04; not reproduced in 46 reruns)
+    dist.barrier()
     dist.destroy_process_group()
 
 
