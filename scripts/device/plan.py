@@ -173,19 +173,10 @@ PROBES: tuple[Probe, ...] = (
         "fp8-lm-head",
         "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe",
         "decode-step",
-        ("bytes-moved", "eager-launches", "peak-memory"),
+        ("gemm-bytes", "eager-launches", "peak-memory"),
         35,
         "the lm_head logits of LogitsProcessor for 1/4/8 rows: BF16 matmul vs the FP8 copy made at load "
-        "(fp8_lm_head_logits); the draft round reads the same head",
-    ),
-    Probe(
-        "sglang",
-        "fp8-lm-head",
-        "lm_head-opt-in-FP8-lm_head-from-an-online-per-channe",
-        "draft-round",
-        ("bytes-moved",),
-        0,
-        "as decode-step (EAGLE's draft head is the target's lm_head)",
+        "(fp8_lm_head_logits): the GEMM's operand bytes and its time; the draft round reads the same head",
     ),
     Probe(
         "sglang",

@@ -58,6 +58,41 @@ def test_trace_counts_eager_and_graph_launches_copies_and_sites() -> None:
     assert parsed["kinds"]["bytes-moved:d2h"] == 16
 
 
+def _op(name: str, ts: float, dur: float, dims: list[list[int]], types: list[str]) -> dict[str, object]:
+    event = _x("cpu_op", name, ts, dur)
+    event["args"] = {"Input Dims": dims, "Input type": types}
+    return event
+
+
+def test_trace_gemm_bytes_are_the_outer_matrix_multiplies_operands() -> None:
+    """The shape of a real torch 2.13 trace with record_shapes (CPU profile of F.linear in bf16 and torch._scaled_mm):
+    linear -> matmul -> mm, and the CPU _scaled_mm's own dequantized mm nested inside it, counted once as the outer
+    op; 0-dim scales count 4 bytes each, non-tensor arguments nothing."""
+    bf16, fp8 = "c10::BFloat16", "c10::Float8_e4m3fn"
+    trace = {
+        "traceEvents": [
+            _x("python_function", "sglang/srt/layers/logits_processor.py(1181): _compute_lm_head", 0, 100),
+            _op("aten::linear", 1, 10, [[1, 6], [4, 6], []], [bf16, bf16, ""]),
+            _op("aten::matmul", 2, 8, [[1, 6], [6, 4]], [bf16, bf16]),
+            _op("aten::mm", 3, 6, [[1, 6], [6, 4]], [bf16, bf16]),
+            _op(
+                "aten::_scaled_mm",
+                20,
+                30,
+                [[16, 32], [32, 16], [], [], [], [], [], []],
+                [fp8, fp8, "float", "float", "", "", "Scalar", "Scalar"],
+            ),
+            _op("aten::mm", 25, 10, [[16, 32], [32, 16]], ["float", "float"]),
+            _op("aten::mm", 200, 5, [[2, 3], [3, 2]], ["float", "float"]),
+        ]
+    }
+    parsed = cc.parse_trace(trace, torch_dir="/env/torch/")
+    assert parsed["counts"]["gemm-bytes"] == 60 + 1032 + 48
+    assert parsed["kinds"]["gemm-bytes:_scaled_mm"] == 2 * 16 * 32 + 2 * 4
+    assert parsed["sites"]["gemm-bytes"]["sglang/srt/layers/logits_processor.py:1181"] == 60 + 1032
+    assert parsed["sites"]["gemm-bytes"]["op:aten::mm"] == 48  # outside every Python frame of the trace
+
+
 def test_interleave_is_abba() -> None:
     assert cc.interleave(["stock", "off", "on"], 3) == [
         "stock",

@@ -49,6 +49,29 @@ def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:
     assert doc["detail"]["per_step"][0]["host-syncs"] == doc["detail"]["per_step"][-1]["host-syncs"]
 
 
+def test_fp8_lm_head_halves_the_heads_gemm_bytes_at_least(model: Path) -> None:
+    """0006 (FP8 lm_head): on the branch a GPU takes (the census stands the SM89+ gate in as SM90; torch._scaled_mm on
+    torch's CPU kernel), the head's matrix multiply reads the e4m3 copy: its gemm-bytes at least halve (a BF16 head
+    2x, the tiny model's fp32 head 4x) and no other GEMM changes. Fails on the stock wheel (the switch is never read:
+    every metric None) and on the patch as declared before (bytes-moved, host<->device bytes: 80 -> 80)."""
+    patched = arms_for(REPO, "sglang").patched
+    off = census(patched, model, "decode-step")
+    on = census(patched, model, "decode-step", {"SGLANG_OPT_FP8_LM_HEAD": "1"})
+    assert on["metrics"]["gemm-bytes"] is not None, on["notes"]
+
+    def at(doc: dict[str, Any], file: str) -> int:
+        return sum(int(n) for site, n in doc["sites"]["gemm-bytes"] if file in site)
+
+    head_off, head_on = at(off, "logits_processor.py"), at(on, "fp8_lm_head.py")
+    assert head_off > 0 and head_on > 0, (off["sites"]["gemm-bytes"], on["sites"]["gemm-bytes"])
+    assert at(on, "logits_processor.py") == 0  # the stock head GEMM no longer runs
+    assert head_off / head_on > 1.9
+    body_off = sum(int(n) for _, n in off["sites"]["gemm-bytes"]) - head_off
+    body_on = sum(int(n) for _, n in on["sites"]["gemm-bytes"]) - head_on
+    assert body_off == body_on
+    assert on["metrics"]["gemm-bytes"] < off["metrics"]["gemm-bytes"]
+
+
 def test_sampled_decode_step_counts_the_filtered_draw(model: Path) -> None:
     """decode-step-sampled takes the pytorch backend's filtered path (top-k 20, top-p 0.8). 0004 (the Gumbel draw
     after the filters): its switch is read, and the step's eager launches drop by multinomial's validity checks

@@ -129,6 +129,18 @@ def test_sort_elements_count_the_elements_of_full_sorts(cases: dict[str, Any]) -
     assert _metrics(cases, "add")["sort-elements"] == 0.0
 
 
+def test_gemm_bytes_count_the_operands_of_matrix_multiplies(cases: dict[str, Any]) -> None:
+    assert _metrics(cases, "matmul")["gemm-bytes"] == 48.0  # two fp32 [2, 3] / [3, 2] operands: 2 x 24 B
+    assert _sites(cases, "matmul", "gemm-bytes") == [[cases["matmul"]["line"], 48]]
+    # F.linear reaches dispatch as a matrix multiply: a [1, 6] bf16 activation and a [4, 6] bf16 weight
+    assert _metrics(cases, "linear_bf16")["gemm-bytes"] == 2.0 * (6 + 24)
+    assert _sites(cases, "linear_bf16", "gemm-bytes") == [[cases["linear_bf16"]["line"], 60]]
+    # the FP8 GEMM: two [16, 32] e4m3 operands (1 B each) and two fp32 scales; half a bf16 weight's bytes
+    assert _metrics(cases, "scaled_mm")["gemm-bytes"] == 2.0 * 16 * 32 + 2 * 4
+    assert _metrics(cases, "add")["gemm-bytes"] == 0.0
+    assert _metrics(cases, "topk")["gemm-bytes"] == 0.0
+
+
 def test_collective_is_counted(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "collective")["collectives"] == 1.0
     assert _sites(cases, "collective", "collectives") == [[cases["collective"]["line"], 1]]

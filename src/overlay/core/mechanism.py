@@ -53,6 +53,10 @@ METRICS: tuple[str, ...] = (
     # random numbers drawn through torch's generators by a step's device ops (the elements the random-sampling ops
     # write): a sampler that draws noise over the whole vocabulary for a token it could draw from a few candidates
     "random-elements",
+    # bytes of the operands the step's matrix-multiply ops read (aten mm, addmm, bmm, _scaled_mm, ...: weights,
+    # activations, bias, scales): at decode batch sizes a GEMM is bound by reading its weight, so a narrower weight
+    # (an FP8 copy of a BF16 head) reads fewer of them
+    "gemm-bytes",
 )
 DIRECTIONS: tuple[str, ...] = ("decreases", "increases", "unchanged", "becomes-true")
 # `capturable` is a property, not a count: it only becomes true or stays as it was

@@ -165,6 +165,23 @@ def c_argsort(c: Census, x: torch.Tensor) -> Any:
     x.view(2, 3).argsort(dim=-1, stable=True)  # here
 
 
+def c_matmul(c: Census, x: torch.Tensor) -> Any:
+    x.view(2, 3) @ x.view(3, 2)  # here
+
+
+def c_linear_bf16(c: Census, x: torch.Tensor) -> Any:
+    w = x.new_ones((4, 6), dtype=torch.bfloat16)
+    h = x.view(1, 6).to(torch.bfloat16)
+    torch.nn.functional.linear(h, w)  # here
+
+
+def c_scaled_mm(c: Census, x: torch.Tensor) -> Any:
+    a = x.new_zeros((16, 32)).to(torch.float8_e4m3fn)
+    b = x.new_zeros((16, 32)).to(torch.float8_e4m3fn)
+    s = x.new_ones(())
+    torch._scaled_mm(a, b.t(), scale_a=s, scale_b=s, out_dtype=torch.bfloat16)  # here
+
+
 def c_topk(c: Census, x: torch.Tensor) -> Any:
     x.topk(2)  # here
 

@@ -10,7 +10,8 @@ in its CPU dry run; only what needs CUDA is replaced:
   ``Event.synchronize``, ``Stream.synchronize``, counted once); launches, H2D copies (pageable vs pinned, from CUPTI's
   memcpy kind) and bytes copied between host and device from a ``torch.profiler`` trace of the step (kernels and
   memsets; those whose correlation id is a ``cudaGraphLaunch`` count as graph-launches, the rest as eager-launches;
-  launch sites from the trace's Python stacks); peak memory as ``torch.cuda.max_memory_allocated()`` above the step's
+  launch sites from the trace's Python stacks); gemm-bytes from the matrix-multiply ops' recorded input shapes and
+  dtypes; peak memory as ``torch.cuda.max_memory_allocated()`` above the step's
   start; capturability by really capturing the region under ``torch.cuda.graph(capture_error_mode="global")`` with
   the sync debug mode set to raise (False with the error and its site); time with CUDA events.
 - ``CpuInstrument`` (dry run): the CPU census (``torch_census.Census``) and ``time.perf_counter``.
@@ -185,7 +186,11 @@ class GpuInstrument:
         self._steps.append(step)
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=self.stacks)
+        prof = profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            with_stack=self.stacks,
+            record_shapes=True,  # gemm-bytes reads the matrix multiplies' input shapes and dtypes
+        )
         mode = torch.cuda.get_sync_debug_mode()
         with warnings.catch_warnings():
             warnings.simplefilter("always")

@@ -27,7 +27,43 @@ COUNTED = (
     "collectives",
     "bytes-moved",
     "cache-hits",
+    "gemm-bytes",
 )
+# torch_census_modes.GEMM_OPS as the profiler names them; bytes per element of the profiler's "Input type" names
+GEMM_OPS = frozenset(
+    f"aten::{n}"
+    for n in (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "_scaled_mm",
+        "_int_mm",
+        "_weight_int8pack_mm",
+        "_weight_int4pack_mm",
+    )
+)
+ITEMSIZE = {
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+}
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the GPU census's own modules: a call site is never inside them
 CENSUS_FILES = frozenset(os.path.join(_HERE, f"{name}.py") for name in ("cuda_census", "cuda_census_trace"))
@@ -79,7 +115,8 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
 
     Returns ``{"counts": {metric: n}, "kinds": {"metric:kind": n}, "sites": {metric: {site: n}}}`` with
     eager-launches / graph-launches (kernels and memsets, by the ``cudaGraphLaunch`` correlation), h2d-copies,
-    pageable-copies (``Memcpy HtoD (Pageable -> Device)``), bytes-moved (HtoD + DtoH memcpy bytes)."""
+    pageable-copies (``Memcpy HtoD (Pageable -> Device)``), bytes-moved (HtoD + DtoH memcpy bytes), gemm-bytes (the
+    operand bytes of the matrix-multiply ``cpu_op`` events, which need ``record_shapes=True``)."""
     torch_dir = torch_dir or torch_dir_path()
     events = [e for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
@@ -99,10 +136,13 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
         launch = by_corr.get(corr)
         if launch is None:
             return "?:0"
-        t = float(launch["ts"])
+        return site_at(launch) or f"runtime:{launch.get('name')}"
+
+    def site_at(event: dict[str, Any]) -> str | None:
+        t = float(event["ts"])
         enclosing = [
             p
-            for p in py_by_tid.get(launch.get("tid"), [])
+            for p in py_by_tid.get(event.get("tid"), [])
             if float(p["ts"]) <= t <= float(p["ts"]) + float(p.get("dur", 0))
         ]
         enclosing.sort(key=lambda p: float(p.get("dur", 0)))  # innermost first
@@ -110,8 +150,21 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
             m = _PY_FRAME.match(str(p.get("name", "")))
             if m and not _skipped(m.group("file"), torch_dir):
                 return f"{relative(m.group('file'))}:{m.group('line')}"
-        return f"runtime:{launch.get('name')}"
+        return None
 
+    # a matrix multiply run inside another (torch's CPU _scaled_mm dequantizes and calls mm) is part of the outer one
+    gemms = sorted(
+        (e for e in events if e.get("cat") == "cpu_op" and e.get("name") in GEMM_OPS),
+        key=lambda e: (str(e.get("tid")), float(e["ts"]), -float(e.get("dur", 0))),
+    )
+    inner: set[int] = set()
+    open_end: dict[Any, float] = {}
+    for e in gemms:
+        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        if start < open_end.get(e.get("tid"), float("-inf")):
+            inner.add(id(e))
+        else:
+            open_end[e.get("tid")] = end
     for e in events:
         cat, name, args = e.get("cat"), str(e.get("name", "")), e.get("args") or {}
         corr = args.get("correlation")
@@ -134,7 +187,29 @@ def parse_trace(doc: dict[str, Any], *, torch_dir: str | None = None) -> dict[st
                 counts["bytes-moved"] += nbytes
                 kinds["bytes-moved:d2h"] += nbytes
             kinds[f"memcpy:{name[:60]}"] += 1
+        elif cat == "cpu_op" and name in GEMM_OPS and id(e) not in inner:
+            nbytes = gemm_operand_bytes(args)
+            counts["gemm-bytes"] += nbytes
+            kinds[f"gemm-bytes:{name[6:]}"] += nbytes
+            sites["gemm-bytes"][site_at(e) or f"op:{name}"] += nbytes
     return {"counts": dict(counts), "kinds": dict(kinds), "sites": {m: dict(c) for m, c in sites.items()}}
+
+
+def gemm_operand_bytes(args: dict[str, Any]) -> int:
+    """The operand bytes of one matrix-multiply ``cpu_op`` of a trace recorded with ``record_shapes=True``: each
+    tensor input's elements (``Input Dims``; a 0-dim scale is one) times its ``Input type``'s size, as the CPU
+    census's ``gemm_operand_bytes`` (a non-tensor argument has no known type and is skipped)."""
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    total = 0
+    for shape, dtype in zip(dims, types):
+        size = ITEMSIZE.get(str(dtype))
+        if size is None or not isinstance(shape, list):
+            continue
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * size
+    return total
 
 
 def interleave(names: Sequence[str], rounds: int) -> list[str]:

@@ -107,7 +107,27 @@ def register() -> None:
     os.environ.__class__ = _RecordingEnviron
     _install(scenario)
     _one_launch_per_standin_kernel(census)
+    _fp8_lm_head_on_its_gpu_branch(census)
     census.__enter__()
+
+
+def _fp8_lm_head_on_its_gpu_branch(census: Any) -> None:
+    """The FP8 lm_head of the series (fp8_lm_head.py) computes with torch._scaled_mm where ``_use_scaled_mm`` finds CUDA
+    at SM89+ (every GPU the series targets) and otherwise with a reference branch, fp32 chunks of dequantized rows,
+    that no GPU runs. On the CPU engine that gate stands in for an SM90 device (its shape conditions kept), so the
+    census counts the branch a deployment runs: the same torch._scaled_mm call, on torch's CPU kernel. Labelled in
+    sglang_worker.CENSUS_STANDIN; stock and a series without the module are untouched."""
+    import torch
+
+    try:
+        from sglang.srt.layers.quantization import fp8_lm_head
+    except ImportError:
+        return
+
+    def on_sm90(x: Any, q_w: Any) -> bool:
+        return hasattr(torch, "_scaled_mm") and x.shape[-1] % 16 == 0 and q_w.shape[0] % 16 == 0
+
+    census._patch(fp8_lm_head, "_use_scaled_mm", on_sm90)
 
 
 def _one_launch_per_standin_kernel(census: Any) -> None:

@@ -283,7 +283,8 @@ CENSUS_NOT_COUNTED = {
 }
 CENSUS_STANDIN = (
     "sgl_kernel CPU ops (pure-torch stand-in, support/testbackends/sglang/site/sgl_kernel) and the "
-    "torchvision stub; attention intel_amx served by the stand-in on spec runs"
+    "torchvision stub; attention intel_amx served by the stand-in on spec runs; the FP8 lm_head's SM89+ gate "
+    "(fp8_lm_head._use_scaled_mm) answers as on an SM90 GPU, so its torch._scaled_mm branch runs on torch's CPU kernel"
 )
 
 

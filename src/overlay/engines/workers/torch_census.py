@@ -69,6 +69,11 @@ Metrics (per step):
   ``rand``, ``randint``, ``multinomial``, ...) among the eager- and graph-launches above: the random numbers a step
   draws through torch's generators. Noise an extension kernel derives inside C++ (vLLM's ``fused_gumbel_argmax``
   hashes a seed per token) is not seen; only the seeds it is given are.
+- gemm-bytes: bytes of the tensor operands (every input but ``out=``: matrices, bias, scales, each view's elements
+  times their size) of the matrix-multiply ops in ``GEMM_OPS`` (``mm``, ``addmm``, ``bmm``, ``_scaled_mm``, ...;
+  ``matmul`` / ``linear`` reach dispatch as these) among the eager- and graph-launches above: at decode batch sizes a
+  GEMM's time is reading its weight, so the weight's dtype width shows here. A GEMM inside an extension kernel (a
+  stand-in's torch ops) is not seen.
 
 Known blind spots (each is tested in tests/census/test_torch_census.py where a test can show it):
 - Only the thread that entered the Census is seen by the modes (torch mode stacks are per thread); the patched

@@ -38,6 +38,25 @@ NON_LAUNCH = {
     "record_stream",
 }
 SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
+# the matrix-multiply ops whose operands gemm-bytes sums (matmul, linear and einsum decompose into these before
+# dispatch); at decode batch sizes a GEMM is bound by reading its weight, so these bytes are its memory traffic
+GEMM_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "_scaled_mm",
+        "_int_mm",
+        "_weight_int8pack_mm",
+        "_weight_int4pack_mm",
+    }
+)
 _DEVICE_FACTORIES = frozenset(
     {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
 )
@@ -127,6 +146,13 @@ def _expanded(c: Census, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any
                 n *= int(d)
             c.count("random-elements", n, kind=f"aten.{sub}", site=site)
     return out
+
+
+def gemm_operand_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes a matrix-multiply op reads: every tensor operand (the matrices, a bias, scales), each as its view's
+    elements times their size (a transposed weight is read whole once), not the ``out=`` buffer it writes."""
+    operands = list(tensors_in(args)) + list(tensors_in({k: v for k, v in kwargs.items() if k != "out"}))
+    return sum(t.numel() * t.element_size() for t in operands)
 
 
 def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
@@ -348,6 +374,8 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
                 c.count("sort-elements", inputs[0].numel(), kind="aten.sort")
             elif name in RANDOM_OPS:
                 c.count("random-elements", sum(t.numel() for t in outs), kind=f"aten.{name}")
+            elif name in GEMM_OPS:
+                c.count("gemm-bytes", gemm_operand_bytes(args, kwargs), kind=f"aten.{name}")
         if (
             device_out
             and not c._tls.transfer_depth

@@ -30,6 +30,7 @@ METRICS = (
     "sort-elements",
     "alloc-bytes",
     "random-elements",
+    "gemm-bytes",
 )
 COUNTED = tuple(m for m in METRICS if m not in ("peak-memory", "capturable"))
 
