@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from overlay.check.envs import Arm, arms_for
 from overlay.engines import get_adapter
+from overlay.schemas.documents import CensusRequest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "engines" / "sglang"))
@@ -30,11 +31,21 @@ def model() -> Path:
     return path
 
 
-def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    run_arm = arm.with_env(env)
-    return get_adapter("sglang").run(
-        run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
-    )
+def census(
+    arm: Arm,
+    model: Path,
+    scenario: str,
+    env: dict[str, str] | None = None,
+    *,
+    algorithm: Literal["STANDALONE", "NEXTN"] | None = None,
+    num_draft: int | None = None,
+) -> dict[str, Any]:
+    req: CensusRequest = {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
+    if algorithm is not None:
+        req["algorithm"] = algorithm
+    if num_draft is not None:
+        req["num_draft"] = num_draft
+    return get_adapter("sglang").run(arm.with_env(env), req)
 
 
 def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:
@@ -117,17 +128,7 @@ def test_draft_extend_draft_span_nextn_moe_syncs_inside_the_forward(stock: Arm) 
     kernel there)."""
     from nextn_support import build_nextn_checkpoint
 
-    checkpoint = build_nextn_checkpoint(REPO)
-    doc = get_adapter("sglang").run(
-        stock,
-        {
-            "task": "census",
-            "model": str(checkpoint),
-            "scenario": "draft-extend-draft",
-            "steps": 3,
-            "algorithm": "NEXTN",
-        },
-    )
+    doc = census(stock, build_nextn_checkpoint(REPO), "draft-extend-draft", algorithm="NEXTN")
     _check_span(doc)
     assert doc["detail"]["violations"]["graph"] == {
         "graph:draft-model-forward": {
@@ -135,3 +136,23 @@ def test_draft_extend_draft_span_nextn_moe_syncs_inside_the_forward(stock: Arm) 
         }
     }
     assert doc["metrics"]["host-syncs"] == 5.0 and doc["metrics"]["pageable-copies"] == 3.0
+
+
+def test_draft_extend_draft_span_three_draft_steps(stock: Arm, model: Path) -> None:
+    """k = 3 (topk 1): draft_forward runs the draft model twice through the draft ModelRunner, inside what
+    EAGLEDraftCudaGraphRunner captures; the host side is k = 1's, and the only violation under the draft graph is the
+    eager runner's seq_lens_cpu mirror copy (host to host on CUDA: the census's cpu_is_device over-count)."""
+    doc = census(stock, model, "draft-extend-draft", num_draft=3)
+    assert "STANDALONE k=3" in doc["notes"][0]
+    for entered in doc["detail"]["zones_entered"]:
+        assert entered["graph:draft-model-forward"] == 3, entered
+    assert doc["detail"]["violations"]["outside"] == SPAN_OUTSIDE
+    registry = "sglang/srt/model_executor/cuda_graph_buffer_registry.py:514"
+    assert doc["detail"]["violations"]["graph"] == {
+        "graph:draft_forward > outside:ModelRunner.forward": {
+            f"pageable H2D copy (copy_) at {registry}": 2.0,
+            f"blocking H2D copy (copy_) at {registry}": 2.0,
+        }
+    }
+    assert doc["metrics"]["capturable"] is False
+    assert doc["metrics"]["host-syncs"] == 6.0 and doc["metrics"]["pageable-copies"] == 5.0

@@ -41,3 +41,18 @@ def test_split_by_zone_refuses_unlabelled_violations() -> None:
     with pytest.raises(ValueError, match="2 violations but 1 zone labels"):
         hook.split_by_zone(["a at x:1", "b at y:2"], ["outside:worker"], 1)
     assert hook.split_by_zone([], [], 0) == {"graph": {}, "outside": {}}
+
+
+def test_zone_label_keeps_the_path_under_a_graph_zone() -> None:
+    runner = "outside:ModelRunner.forward"
+    assert (
+        hook.zone_label(["outside:draft", "graph:draft_forward", runner]) == f"graph:draft_forward > {runner}"
+    )
+    assert hook.zone_label(["outside:_draft_extend_for_decode", runner, "graph:draft-model-forward"]) == (
+        "graph:draft-model-forward"
+    )
+    assert hook.zone_label(["outside:_draft_extend_for_decode", runner]) == runner
+    assert hook.zone_label([]) == hook.OUTSIDE
+    nested = f"graph:draft_forward > {runner}"
+    split = hook.split_by_zone(["a at x.py:1"], [nested], 1)
+    assert split == {"graph": {nested: {"a at x.py:1": 1.0}}, "outside": {}}

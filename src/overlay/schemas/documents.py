@@ -428,7 +428,7 @@ class CensusRequest(TypedDict):
     # the mlx-lm census's own knobs (its defaults when absent): prompt text, prefill chunk, draft length, prompt length
     prompt_text: NotRequired[str]
     chunk: NotRequired[int]
-    num_draft: NotRequired[int]
+    num_draft: NotRequired[int]  # sglang too: the spec scenarios' draft steps per cycle (default 1)
     prompt_tokens: NotRequired[int]
 
 

@@ -16,10 +16,10 @@ loader (``load_plugins()``, run in every engine process) calls it. In the schedu
   capture region (``Census.capture``, non-raising, so every violation is kept with its site): a
   ``_draft_extend_for_decode`` call and the NEXT ``draft`` call of the same worker; the scheduler's work between them
   (result processing, the next batch) is not counted (the step is paused, as decode-step's). Each violation is
-  attributed to the innermost ZONE it ran in (``zone_of`` in the output, one label per violation; ``zones_entered``:
-  per step, how often each zone was entered, so an empty zone is seen to have run): the model
-  forwards SGLang's CUDA graph runners capture today (``GRAPH_ZONES``) or the host-side preparation around them
-  (``outside:*``); ``split_by_zone`` sums them per zone and site.
+  attributed to the ZONE it ran in (``zone_label``: the innermost, or the path from an enclosing graph zone; ``zone_of``
+  in the output, one label per violation; ``zones_entered``: per step, how often each zone was entered, so an empty
+  zone is seen to have run): the model forwards SGLang's CUDA graph runners capture today (``GRAPH_ZONES``) or the
+  host-side preparation around them (``outside:*``); ``split_by_zone`` sums them per zone and site.
 
 After every step the report (torch_census ``Census.report``) and the SGLANG_OPT_* switches read during steps go to
 OVERLAY_CENSUS_OUT as JSON (written atomically: the engine is shut down by killing its processes).
@@ -56,10 +56,20 @@ class _RecordingEnviron(os._Environ):  # type: ignore[type-arg]
         return value
 
 
+def zone_label(stack: list[str]) -> str:
+    """The zone a violation ran in, from the stack of zones entered (outermost first): the innermost, or, under a
+    graph zone, the path from the outermost graph zone in (``graph:draft_forward > outside:ModelRunner.forward``: a
+    runner's forward called inside what the draft graph captures)."""
+    for i, zone in enumerate(stack):
+        if zone in GRAPH_ZONES:
+            return " > ".join(stack[i:])
+    return stack[-1] if stack else OUTSIDE
+
+
 def split_by_zone(violations: list[str], zones: list[str], steps: int) -> dict[str, Any]:
-    """The capture violations of ``steps`` counted steps (``violations[i]`` ran in zone ``zones[i]``), as per-step
-    means by zone and by violation ("WHAT at SITE"): {"graph": {zone: {violation: mean}}, "outside": {...}}, every
-    zone under the side GRAPH_ZONES puts it on."""
+    """The capture violations of ``steps`` counted steps (``violations[i]`` ran in zone ``zones[i]``, a
+    ``zone_label``), as per-step means by zone and by violation ("WHAT at SITE"): {"graph": {zone: {violation:
+    mean}}, "outside": {...}}; a zone is on the graph side when it starts inside one of GRAPH_ZONES."""
     if len(violations) != len(zones):
         raise ValueError(f"{len(violations)} violations but {len(zones)} zone labels")
     counts: dict[str, dict[str, int]] = {}
@@ -68,7 +78,7 @@ def split_by_zone(violations: list[str], zones: list[str], steps: int) -> dict[s
         in_zone[violation] = in_zone.get(violation, 0) + 1
     out: dict[str, dict[str, dict[str, float]]] = {"graph": {}, "outside": {}}
     for zone, in_zone in counts.items():
-        out["graph" if zone in GRAPH_ZONES else "outside"][zone] = {
+        out["graph" if zone.split(" > ", 1)[0] in GRAPH_ZONES else "outside"][zone] = {
             v: n / max(steps, 1) for v, n in in_zone.items()
         }
     return out
@@ -226,7 +236,7 @@ def _install_span(w: Any) -> None:
         n = len(step.violations)
         counted(what, site)
         if len(step.violations) > n:
-            _STATE["zone_of"].setdefault(step.index, []).append(zones[-1] if zones else OUTSIDE)
+            _STATE["zone_of"].setdefault(step.index, []).append(zone_label(zones))
 
     census._violation = violation
     # the CPU path's calls that the CUDA path runs outside its graphs (docs/engines/sglang.md, "Combined draft-extend

@@ -314,14 +314,17 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
             "sglang census: NEXTN runs a spec scenario on a checkpoint with its own NextN layer (no draft); "
             f"got scenario {scenario!r}, draft {req.get('draft')!r}"
         )
+    k = int(req.get("num_draft", 1))  # draft steps per cycle (topk 1: a chain of k tokens)
+    if k < 1 or (scenario not in CENSUS_SPEC and "num_draft" in req):
+        raise SystemExit(f"sglang census: num_draft {k} needs a spec scenario and k >= 1 (got {scenario!r})")
     spec = None
     if scenario in CENSUS_SPEC:
         spec = {
             "algorithm": algorithm,
             "draft_model": req.get("draft") or req["model"],
-            "num_steps": 1,
+            "num_steps": k,
             "topk": 1,
-            "num_draft_tokens": 2,
+            "num_draft_tokens": k + 1,
         }
     with tempfile.TemporaryDirectory(prefix="overlay-census-") as tmp:
         dist = Path(tmp) / "overlay_census-0.0.dist-info"
@@ -346,8 +349,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
             engine = _engine(req["model"], spec, MLA_ARGS if nextn else None)
             try:
                 prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
-                new = 1 if scenario == "prefill-chunk" else 2 * (steps + CENSUS_WARMUP) + 2
-                new += 2 if scenario == CENSUS_SPAN else 0  # a span needs the next cycle's draft
+                new = 1 if scenario == "prefill-chunk" else (k + 1) * (steps + CENSUS_WARMUP) + 2
+                new += k + 1 if scenario == CENSUS_SPAN else 0  # a span needs the next cycle's draft
                 params = {**_greedy_params(new), **CENSUS_SAMPLED.get(scenario, {})}
                 engine.generate(input_ids=[prompt], sampling_params=params)
             finally:
@@ -363,9 +366,9 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     report = doc["report"]
     metrics = dict(report["metrics"])
     notes = [
-        f"NEXTN k=1, topk 1 (the checkpoint's own NextN layer; intel_amx attention); {PLUGIN_NOTE}"
+        f"NEXTN k={k}, topk 1 (the checkpoint's own NextN layer; intel_amx attention); {PLUGIN_NOTE}"
         if nextn
-        else f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
+        else f"STANDALONE k={k}, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
         if spec
         else f"plain decode, batch 1, sampled {CENSUS_SAMPLED[scenario]} (pytorch sampling backend)"
         if scenario in CENSUS_SAMPLED
