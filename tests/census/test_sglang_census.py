@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from overlay.check.envs import Arm, arms_for
 from overlay.engines import get_adapter
+from overlay.schemas.documents import CensusRequest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "engines" / "sglang"))
@@ -30,11 +31,21 @@ def model() -> Path:
     return path
 
 
-def census(arm: Arm, model: Path, scenario: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    run_arm = arm.with_env(env)
-    return get_adapter("sglang").run(
-        run_arm, {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
-    )
+def census(
+    arm: Arm,
+    model: Path,
+    scenario: str,
+    env: dict[str, str] | None = None,
+    *,
+    algorithm: Literal["STANDALONE", "NEXTN"] | None = None,
+    num_draft: int | None = None,
+) -> dict[str, Any]:
+    req: CensusRequest = {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
+    if algorithm is not None:
+        req["algorithm"] = algorithm
+    if num_draft is not None:
+        req["num_draft"] = num_draft
+    return get_adapter("sglang").run(arm.with_env(env), req)
 
 
 def test_decode_step_counts_in_the_scheduler(stock: Arm, model: Path) -> None:
@@ -86,3 +97,85 @@ def test_sampled_decode_step_counts_the_filtered_draw(model: Path) -> None:
     assert on["metrics"]["host-syncs"] == off["metrics"]["host-syncs"]
     assert "expanded:aten.multinomial" not in on["detail"]["kinds"]
     assert on["detail"]["kinds"]["eager-launches:aten.exponential_"] == 3
+
+
+# draft-extend-draft on stock (llama STANDALONE, intel_amx attention): the violations of one combined
+# draft-extend + next-draft capture region, per step, by zone (docs/engines/sglang.md, "Combined draft-extend + draft
+# graph: what the census sees"). A patch that removes one must update this table.
+FBI = "sglang/srt/model_executor/forward_batch_info.py"
+SPAN_OUTSIDE = {
+    "outside:prepare_for_draft_extend": {
+        f"pageable H2D copy (Tensor.to) at {FBI}:1236": 1.0,  # extend_seq_lens from the host list
+        f"pageable H2D copy (Tensor.to) at {FBI}:1239": 1.0,  # extend_prefix_lens from the host list
+        f"host sync (aten._local_scalar_dense) at {FBI}:2402": 2.0,  # compute_position_torch's per-row arange
+    },
+    "outside:IntelAMXAttnBackend.init_forward_metadata": {
+        # torch.max(extend_seq_lens).item()
+        "host sync (aten._local_scalar_dense) at sglang/srt/layers/attention/intel_amx_backend.py:146": 1.0
+    },
+    "outside:ModelRunner.forward": {  # the eager runner's seq_lens_cpu mirror (host to host on CUDA: an over-count)
+        "pageable H2D copy (copy_) at sglang/srt/model_executor/cuda_graph_buffer_registry.py:514": 1.0,
+        "blocking H2D copy (copy_) at sglang/srt/model_executor/cuda_graph_buffer_registry.py:514": 1.0,
+    },
+}
+
+
+def _check_span(doc: dict[str, Any]) -> None:
+    assert doc["steps"] == 3, doc["notes"]
+    assert doc["metrics"]["capturable"] is False
+    for entered in doc["detail"]["zones_entered"]:  # every zone ran once per step, the graph zones included
+        assert entered["graph:draft-model-forward"] == 1 and entered["graph:draft_forward"] == 1, entered
+        assert (
+            entered["outside:prepare_for_draft_extend"] == 1
+            and entered["outside:build_eagle_verify_input"] == 1
+        )
+    assert doc["detail"]["violations"]["outside"] == SPAN_OUTSIDE
+    assert doc["detail"]["standin_violations"] == []
+    assert doc["detail"]["standin_kernels"]["graph-launches:kernel:sgl_kernel.extend_attention_cpu"] >= 3
+
+
+def test_draft_extend_draft_span_is_not_capturable_on_stock(stock: Arm, model: Path) -> None:
+    """One combined draft-extend + draft region on stock: capturable False, every violation host-side (the model
+    forwards the graph runners capture today are clean on this path); 4 host syncs and 3 pageable copies per step."""
+    doc = census(stock, model, "draft-extend-draft")
+    _check_span(doc)
+    assert doc["detail"]["violations"]["graph"] == {}
+    assert doc["metrics"]["host-syncs"] == 4.0 and doc["metrics"]["pageable-copies"] == 3.0
+    seen = [v for side in doc["detail"]["violations"].values() for zone in side.values() for v in zone]
+    assert not any("data-dependent" in v for v in seen)  # no nonzero / masked index / unique in the span
+
+
+def test_draft_extend_draft_span_nextn_moe_syncs_inside_the_forward(stock: Arm) -> None:
+    """The same region on the NextN DeepSeek checkpoint: the host side as llama's, plus one sync inside the draft
+    model's forward (the CPU MoE fallback moe_forward_native's tokens_per_expert.cpu(); CUDA runs a fused MoE
+    kernel there)."""
+    from nextn_support import build_nextn_checkpoint
+
+    doc = census(stock, build_nextn_checkpoint(REPO), "draft-extend-draft", algorithm="NEXTN")
+    _check_span(doc)
+    assert doc["detail"]["violations"]["graph"] == {
+        "graph:draft-model-forward": {
+            "host sync (Tensor.cpu) at sglang/srt/layers/moe/fused_moe_native.py:82": 1.0
+        }
+    }
+    assert doc["metrics"]["host-syncs"] == 5.0 and doc["metrics"]["pageable-copies"] == 3.0
+
+
+def test_draft_extend_draft_span_three_draft_steps(stock: Arm, model: Path) -> None:
+    """k = 3 (topk 1): draft_forward runs the draft model twice through the draft ModelRunner, inside what
+    EAGLEDraftCudaGraphRunner captures; the host side is k = 1's, and the only violation under the draft graph is the
+    eager runner's seq_lens_cpu mirror copy (host to host on CUDA: the census's cpu_is_device over-count)."""
+    doc = census(stock, model, "draft-extend-draft", num_draft=3)
+    assert "STANDALONE k=3" in doc["notes"][0]
+    for entered in doc["detail"]["zones_entered"]:
+        assert entered["graph:draft-model-forward"] == 3, entered
+    assert doc["detail"]["violations"]["outside"] == SPAN_OUTSIDE
+    registry = "sglang/srt/model_executor/cuda_graph_buffer_registry.py:514"
+    assert doc["detail"]["violations"]["graph"] == {
+        "graph:draft_forward > outside:ModelRunner.forward": {
+            f"pageable H2D copy (copy_) at {registry}": 2.0,
+            f"blocking H2D copy (copy_) at {registry}": 2.0,
+        }
+    }
+    assert doc["metrics"]["capturable"] is False
+    assert doc["metrics"]["host-syncs"] == 6.0 and doc["metrics"]["pageable-copies"] == 5.0

@@ -25,6 +25,7 @@ CENSUS_SCENARIOS = (
     "spec-verify-step",
     "draft-round",
     "draft-extend",
+    "draft-extend-draft",
     "prefill-chunk",
 )
 

@@ -418,6 +418,8 @@ class CensusRequest(TypedDict):
     options: NotRequired[Options]
     # a census variant's own settings (overlay.check.census.Variant.extra)
     draft: NotRequired[str]
+    # sglang: the spec scenarios' algorithm (default STANDALONE; NEXTN: ``model`` is a checkpoint with NextN layers)
+    algorithm: NotRequired[Literal["STANDALONE", "NEXTN"]]
     drafter_layers: NotRequired[Literal["ring", "paged"]]
     # exllamav3: the ring drafter's rings quantized (k_bits, v_bits), and the batch size (default 2)
     ring_bits: NotRequired[list[int]]
@@ -426,7 +428,7 @@ class CensusRequest(TypedDict):
     # the mlx-lm census's own knobs (its defaults when absent): prompt text, prefill chunk, draft length, prompt length
     prompt_text: NotRequired[str]
     chunk: NotRequired[int]
-    num_draft: NotRequired[int]
+    num_draft: NotRequired[int]  # sglang too: the spec scenarios' draft steps per cycle (default 1)
     prompt_tokens: NotRequired[int]
 
 

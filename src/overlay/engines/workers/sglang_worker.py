@@ -265,7 +265,8 @@ def task_cold(req: ColdRequest) -> dict[str, Any]:
     return {"t_start": T_START, "t_first_token": t_first}
 
 
-CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend")
+CENSUS_SPAN = "draft-extend-draft"  # sglang_census_hook.SPAN: the one scenario with a capture region
+CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend", CENSUS_SPAN)
 # a scenario that counts another scenario's steps with other requests (sglang_census_hook.STEP_KIND): decode-step's
 # workload with sampled requests, which take the pytorch sampling backend's filtered path
 # (top_k_top_p_min_p_sampling_from_probs_torch) after the temperature and the softmax; vLLM's decode-step-sampled
@@ -279,8 +280,11 @@ CENSUS_NOT_COUNTED = {
     "collectives": "one CPU rank: no process group, no collectives run",
     "cache-hits": "no engine cache entry point is wrapped by the census",
     "capturable": "the CPU engine path captures no CUDA graph (disable_cuda_graph); no capture region "
-    "runs, so capturability is not observed",
+    f"runs in this scenario, so capturability is not observed here; {CENSUS_SPAN} measures it for one combined "
+    "draft-extend + next-draft graph (a capture region over both calls)",
 }
+# the stand-ins' files (sgl_kernel, sitecustomize, plugins), as call sites name them
+STANDIN_SITE = "testbackends/sglang/"
 CENSUS_STANDIN = (
     "sgl_kernel CPU ops (pure-torch stand-in, support/testbackends/sglang/site/sgl_kernel) and the "
     "torchvision stub; attention intel_amx served by the stand-in on spec runs; the FP8 lm_head's SM89+ gate "
@@ -302,14 +306,26 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     if scenario not in ("decode-step", "prefill-chunk", *CENSUS_SPEC, *CENSUS_SAMPLED):
         raise SystemExit(f"sglang census: unknown scenario {scenario!r}")
     steps = int(req.get("steps", 4))
+    algorithm = req.get("algorithm", "STANDALONE")
+    if algorithm not in ("STANDALONE", "NEXTN"):
+        raise SystemExit(f"sglang census: algorithm {algorithm!r}: expected STANDALONE or NEXTN")
+    nextn = algorithm == "NEXTN"
+    if nextn and (scenario not in CENSUS_SPEC or req.get("draft")):
+        raise SystemExit(
+            "sglang census: NEXTN runs a spec scenario on a checkpoint with its own NextN layer (no draft); "
+            f"got scenario {scenario!r}, draft {req.get('draft')!r}"
+        )
+    k = int(req.get("num_draft", 1))  # draft steps per cycle (topk 1: a chain of k tokens)
+    if k < 1 or (scenario not in CENSUS_SPEC and "num_draft" in req):
+        raise SystemExit(f"sglang census: num_draft {k} needs a spec scenario and k >= 1 (got {scenario!r})")
     spec = None
     if scenario in CENSUS_SPEC:
         spec = {
-            "algorithm": "STANDALONE",
+            "algorithm": algorithm,
             "draft_model": req.get("draft") or req["model"],
-            "num_steps": 1,
+            "num_steps": k,
             "topk": 1,
-            "num_draft_tokens": 2,
+            "num_draft_tokens": k + 1,
         }
     with tempfile.TemporaryDirectory(prefix="overlay-census-") as tmp:
         dist = Path(tmp) / "overlay_census-0.0.dist-info"
@@ -329,21 +345,31 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
             OVERLAY_CENSUS_WARMUP=str(CENSUS_WARMUP),
             OVERLAY_CENSUS_LIMIT=str(steps),
         )
-        engine = _engine(req["model"], spec)
-        try:
-            prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
-            new = 1 if scenario == "prefill-chunk" else 2 * (steps + CENSUS_WARMUP) + 2
-            params = {**_greedy_params(new), **CENSUS_SAMPLED.get(scenario, {})}
-            engine.generate(input_ids=[prompt], sampling_params=params)
-        finally:
-            engine.shutdown()
+
+        def generate() -> None:
+            engine = _engine(req["model"], spec, MLA_ARGS if nextn else None)
+            try:
+                prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
+                new = 1 if scenario == "prefill-chunk" else (k + 1) * (steps + CENSUS_WARMUP) + 2
+                new += k + 1 if scenario == CENSUS_SPAN else 0  # a span needs the next cycle's draft
+                params = {**_greedy_params(new), **CENSUS_SAMPLED.get(scenario, {})}
+                engine.generate(input_ids=[prompt], sampling_params=params)
+            finally:
+                engine.shutdown()
+
+        if nextn:
+            _with_plugins(generate)
+        else:
+            generate()
         if not out.is_file():
             raise SystemExit(f"sglang census: the scheduler wrote no census ({out}); the plugin did not load")
         doc = json.loads(out.read_text())
     report = doc["report"]
     metrics = dict(report["metrics"])
     notes = [
-        f"STANDALONE k=1, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
+        f"NEXTN k={k}, topk 1 (the checkpoint's own NextN layer; intel_amx attention); {PLUGIN_NOTE}"
+        if nextn
+        else f"STANDALONE k={k}, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
         if spec
         else f"plain decode, batch 1, sampled {CENSUS_SAMPLED[scenario]} (pytorch sampling backend)"
         if scenario in CENSUS_SAMPLED
@@ -351,8 +377,25 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         f"{report['steps']} steps after {CENSUS_WARMUP} warm-up",
     ]
     for metric, why in CENSUS_NOT_COUNTED.items():
+        if metric == "capturable" and scenario == CENSUS_SPAN:
+            continue
         metrics[metric] = None
         notes.append(f"{metric}: not counted ({why})")
+    detail: dict[str, Any] = {"flags_read": doc["flags_read"]}
+    if scenario == CENSUS_SPAN:
+        from sglang_census_hook import split_by_zone
+
+        detail["violations"] = split_by_zone(report["violations"], doc["zone_of"], report["steps"])
+        detail["zones_entered"] = doc["zones_entered"]
+        # what the stand-ins stand for inside the span: each sgl_kernel stand-in call is one launch and nothing
+        # inside it is counted; a violation whose site lies in a stand-in's own file would be the stand-in's
+        detail["standin_kernels"] = {k: v for k, v in report["kinds"].items() if ":kernel:" in k}
+        detail["standin_violations"] = [v for v in report["violations"] if STANDIN_SITE in v]
+        notes.append(
+            f"{CENSUS_SPAN}: one step = _draft_extend_for_decode + the next draft (the scheduler's work between them "
+            "not counted), inside one capture region; detail.violations splits its violations (per-step means) into "
+            "the graph runners' captured model forwards and the host-side preparation outside them"
+        )
     flagged, unread = flag_notes(
         "SGLANG_OPT_",
         doc["flags_read"],
@@ -361,15 +404,7 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     notes += flagged
     if unread:
         metrics = dict.fromkeys(metrics)
-    return census_record(
-        scenario,
-        report,
-        metrics,
-        notes,
-        steps=steps,
-        standin=CENSUS_STANDIN,
-        detail={"flags_read": doc["flags_read"]},
-    )
+    return census_record(scenario, report, metrics, notes, steps=steps, standin=CENSUS_STANDIN, detail=detail)
 
 
 TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}
