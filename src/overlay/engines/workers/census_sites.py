@@ -1,10 +1,31 @@
 """How a census names a call site's file, the same on the CPU (torch_census) and the GPU (cuda_census): inside
-site-packages, or relative to the working folder. No torch here, so the GPU instrument's pure parts import it too."""
+site-packages, or relative to the working folder; and the op names both count the same way (GEMM_OPS). No torch here,
+so the GPU instrument's pure parts import it too."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+# the matrix-multiply aten ops whose operands gemm-bytes sums (matmul, linear and einsum decompose into these); at
+# decode batch sizes a GEMM is bound by reading its weight, so these bytes are its memory traffic
+GEMM_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "_scaled_mm",
+        "_int_mm",
+        "_weight_int8pack_mm",
+        "_weight_int4pack_mm",
+    }
+)
 
 
 def relative(path: str) -> str:

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import census_sites
 from census_sites import relative
 
 COUNTED = (
@@ -29,25 +30,8 @@ COUNTED = (
     "cache-hits",
     "gemm-bytes",
 )
-# torch_census_modes.GEMM_OPS as the profiler names them; bytes per element of the profiler's "Input type" names
-GEMM_OPS = frozenset(
-    f"aten::{n}"
-    for n in (
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "addbmm",
-        "mv",
-        "addmv",
-        "dot",
-        "vdot",
-        "_scaled_mm",
-        "_int_mm",
-        "_weight_int8pack_mm",
-        "_weight_int4pack_mm",
-    )
-)
+# census_sites.GEMM_OPS as the profiler names them; bytes per element of the profiler's "Input type" names
+GEMM_OPS = frozenset(f"aten::{name}" for name in census_sites.GEMM_OPS)
 ITEMSIZE = {
     "double": 8,
     "float": 4,

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
+from census_sites import GEMM_OPS
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch_census_steps import call_site
@@ -38,25 +39,6 @@ NON_LAUNCH = {
     "record_stream",
 }
 SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
-# the matrix-multiply ops whose operands gemm-bytes sums (matmul, linear and einsum decompose into these before
-# dispatch); at decode batch sizes a GEMM is bound by reading its weight, so these bytes are its memory traffic
-GEMM_OPS = frozenset(
-    {
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "addbmm",
-        "mv",
-        "addmv",
-        "dot",
-        "vdot",
-        "_scaled_mm",
-        "_int_mm",
-        "_weight_int8pack_mm",
-        "_weight_int4pack_mm",
-    }
-)
 _DEVICE_FACTORIES = frozenset(
     {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
 )
