@@ -83,6 +83,22 @@ def test_fp8_lm_head_halves_the_heads_gemm_bytes_at_least(model: Path) -> None:
     assert on["metrics"]["gemm-bytes"] < off["metrics"]["gemm-bytes"]
 
 
+def test_acceptance_stats_are_booked_without_a_host_sync(model: Path) -> None:
+    """0010 (acceptance histograms by regime): its switch is read where the scheduler books each verify's accepted
+    drafts (batch_result_processor.py, inside process_batch_result), so decode-step-spec (decode-step of a speculative
+    engine) counts it: the bookkeeping reads the host copy of the accepted counts and adds no host sync, at the same
+    sites. Fails on the stock wheel (the switch is never read: every metric None), and on a bookkeeping that read a
+    device tensor (one more sync per step)."""
+    patched = arms_for(REPO, "sglang").patched
+    off = census(patched, model, "decode-step-spec")
+    on = census(patched, model, "decode-step-spec", {"SGLANG_OPT_SPEC_ACCEPT_STATS": "1"})
+    assert "SGLANG_OPT_SPEC_ACCEPT_STATS" in on["detail"]["flags_read"]
+    assert on["metrics"]["host-syncs"] is not None, on["notes"]
+    assert off["metrics"]["host-syncs"] > 0  # the verify's readback: the step is a speculative one
+    assert on["metrics"]["host-syncs"] == off["metrics"]["host-syncs"]
+    assert on["sites"]["host-syncs"] == off["sites"]["host-syncs"]
+
+
 def test_sampled_decode_step_counts_the_filtered_draw(model: Path) -> None:
     """decode-step-sampled takes the pytorch backend's filtered path (top-k 20, top-p 0.8). 0004 (the Gumbel draw
     after the filters): its switch is read, and the step's eager launches drop by multinomial's validity checks

@@ -75,6 +75,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
         **_TORCH_SCENARIOS,
         "decode-step-sampled": "decode-step with sampled requests (temperature 0.7, top-k and top-p) on the pytorch "
         "sampling backend: the sampler's filtered path",
+        "decode-step-spec": "decode-step of a speculative engine (STANDALONE, k = 1): the scheduler's whole step of a "
+        "decode batch, draft round, verify, draft-extend and result processing (the acceptance bookkeeping)",
         "draft-extend-draft": "a draft-extend and the next draft round as one step inside one capture region: what "
         "one combined CUDA graph would hold (capturable measured, each violation with its site and zone)",
     },

@@ -22,6 +22,7 @@ DEFAULT_DRAFT = "llama-draft"
 CENSUS_SCENARIOS = (
     "decode-step",
     "decode-step-sampled",
+    "decode-step-spec",
     "spec-verify-step",
     "draft-round",
     "draft-extend",

@@ -7,7 +7,8 @@ loader (``load_plugins()``, run in every engine process) calls it. In the schedu
 
 - decode-step / prefill-chunk: ``Scheduler.run_batch`` + ``Scheduler.process_batch_result`` of a decode / extend batch
   (schedule result, forward, sample, result processing) is one step; decode-step-sampled counts decode-step's steps
-  (STEP_KIND) of sampled requests;
+  (STEP_KIND) of sampled requests, decode-step-spec those of a speculative engine (the batch's draft, verify and
+  draft-extend inside run_batch, the acceptance bookkeeping inside process_batch_result);
 - every call of a function of the sgl_kernel stand-in (test infrastructure) is one launch, and the torch ops and host
   reads the stand-in does inside are not counted (on a GPU that is one kernel);
 - spec-verify-step: ``EAGLEWorkerV2.verify``; draft-round: ``EagleDraftWorker.draft``; draft-extend:
@@ -35,7 +36,7 @@ from typing import Any
 
 FLAG_PREFIX = "SGLANG_OPT_"
 # a scenario counted as another's steps (its requests differ: sglang_worker.CENSUS_SAMPLED)
-STEP_KIND = {"decode-step-sampled": "decode-step"}
+STEP_KIND = {"decode-step-sampled": "decode-step", "decode-step-spec": "decode-step"}
 SPAN = "draft-extend-draft"
 # the zones whose violations sit inside what SGLang 0.5.23's runners capture: EAGLEDraftCudaGraphRunner's run_once
 # calls EagleDraftWorker.draft_forward (eagle_draft_cuda_graph_runner.py:503-525), EAGLEDraftExtendCudaGraphRunner's

@@ -266,7 +266,8 @@ def task_cold(req: ColdRequest) -> dict[str, Any]:
 
 
 CENSUS_SPAN = "draft-extend-draft"  # sglang_census_hook.SPAN: the one scenario with a capture region
-CENSUS_SPEC = ("spec-verify-step", "draft-round", "draft-extend", CENSUS_SPAN)
+# the scenarios run on a speculative engine; decode-step-spec counts decode-step's steps there (sglang_census_hook)
+CENSUS_SPEC = ("decode-step-spec", "spec-verify-step", "draft-round", "draft-extend", CENSUS_SPAN)
 # a scenario that counts another scenario's steps with other requests (sglang_census_hook.STEP_KIND): decode-step's
 # workload with sampled requests, which take the pytorch sampling backend's filtered path
 # (top_k_top_p_min_p_sampling_from_probs_torch) after the temperature and the softmax; vLLM's decode-step-sampled
