@@ -94,8 +94,10 @@ def test_variants_are_a_ring_and_a_paged_drafter() -> None:
 
 def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
     """The real Embedding placed by the loader's rule: host table, so 0014 alone keeps the waits; with
-    --embed_on_device (0017) a round (draft + verify) has one host sync."""
-    flag = {"EXL3_OVL_ROUND_SYNC": "1"}
+    --embed_on_device (0017) and the drafter's input layer on 0006's anchor path (its ids uploaded non-blocking), a
+    round (draft + verify) has one host sync; stock's input layer uploads the block's ids with a blocking .to()
+    (embedding.py:289), one more."""
+    flag = {"EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_DFLASH_MASK_CACHE": "1"}
     on = {"options": {"--embed_on_device": None}}
 
     def per_round(arm: Arm, env: dict[str, str] | None = None, **extra: Any) -> float:
@@ -112,6 +114,8 @@ def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
         per_round(arms.patched, flag, **on),
     )
     assert both == 1.0 and alone == stock > 1.0
+    block_ids = per_round(arms.patched, {"EXL3_OVL_ROUND_SYNC": "1"}, **on)
+    assert block_ids == 2.0
     doc = census(arms.patched, "draft-round", flag, **on)
     assert "after --embed_on_device" in doc["notes"][0]
 
@@ -139,10 +143,26 @@ def test_ring_step_becomes_capturable(arms: Arms) -> None:
 
 
 def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
-    flags = {"EXL3_OVL_SWA_RING": "1", "EXL3_OVL_SWA_RING_STATIC": "1", "EXL3_OVL_DRAFTER_GRAPH": "1"}
+    """0022's round graph on a ring drafter whose input is the wheel's DFlashInputLayer: capturable only with the
+    table on the device (0017) and 0006's anchor-only input (EXL3_OVL_DFLASH_MASK_CACHE=1), whose anchor ids reach
+    the device through Module.prepare_for_device (non-blocking from pinned staging). Stock's input layer builds the
+    block's ids on the host and Embedding.forward uploads them with a blocking .to(): a pageable, blocking copy
+    inside the round; the first 0006 (anchor through Embedding.forward) left the blocking copy (fails here)."""
+    flags = {
+        "EXL3_OVL_SWA_RING": "1",
+        "EXL3_OVL_SWA_RING_STATIC": "1",
+        "EXL3_OVL_DRAFTER_GRAPH": "1",
+        "EXL3_OVL_DFLASH_MASK_CACHE": "1",
+    }
     host = census(arms.patched, "draft-round", flags)
     device = census(arms.patched, "draft-round", flags, options={"--embed_on_device": None})
-    assert device["metrics"]["capturable"] is True
+    assert device["metrics"]["capturable"] is True, device["detail"]["violations"]
+    no_anchor_path = {k: v for k, v in flags.items() if k != "EXL3_OVL_DFLASH_MASK_CACHE"}
+    block_ids = census(arms.patched, "draft-round", no_anchor_path, options={"--embed_on_device": None})
+    assert block_ids["metrics"]["capturable"] is False
+    assert any("embedding.py" in v for v in block_ids["detail"]["violations"]), block_ids["detail"][
+        "violations"
+    ]
     assert host["metrics"]["capturable"] is False  # the drafter's input layer gathers on the host (F4)
     assert any(
         "spec_round.py" in v or "embedding" in v or "device_copy" in v for v in host["detail"]["violations"]

@@ -21,8 +21,7 @@ their own work is invisible) and the pinned staging buffers (plain host tensors)
 ``_devsim.CensusDev`` (CPU memory answering is_cuda, device cpu:0); the census counts with ``placement="is_cuda"``.
 
 Capturability: the engine's ``torch.cuda.graph`` / ``CUDAGraph.capture_begin`` regions are census capture regions
-(torch_census emulates them). A region that calls the target's stood-in forward (``STANDIN_CALLS[:1]``; the census's
-drafter is the target's real Embedding and device-only ops, so a region around it is judged) cannot be judged, since the stand-in's work is not the real forward's, so ``capturable`` is then not measured; a region
+(torch_census emulates them). A region that calls the target's stood-in forward (``STANDIN_CALLS[:1]``; the census's drafter is the wheel's DFlashInputLayer over the target's real Embedding, then device-only ops, so a region around it is judged) cannot be judged, since the stand-in's work is not the real forward's, so ``capturable`` is then not measured; a region
 made only of the wheel's own code is measured (False at its first host read, data-dependent shape or pageable copy).
 With the ring drafter two pieces of the wheel's ring code run in capture-check regions (judged like a capture region,
 their ops still counted as eager launches): each layer's ``_decode_state_prep`` (draft-round) and each layer's

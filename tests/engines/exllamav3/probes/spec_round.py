@@ -329,6 +329,25 @@ def case(payload: dict[str, Any]) -> dict[str, Any]:
             rs.window_beg = 256
             job.recurrent_state = SimpleNamespace(draft=rs, target=None)
 
+    layer_box: list[Any] = []
+
+    def input_layer() -> Any:
+        """A DFlashInputLayer of the wheel (built without its loader: no fc/norm weights, which its forward does not
+        use) attached to the stand-in target, whose module 0 is the real Embedding; mask token: the last id"""
+        if not layer_box:
+            from exllamav3.modules.arch_specific.dflash import DFlashInputLayer
+
+            layer = DFlashInputLayer.__new__(DFlashInputLayer)
+            layer.native_draft_len = block
+            layer.mask_token_id = VOCAB - 1
+            layer.input_embedding_scale = 1.0
+            layer.attached_model = lambda: fake.model
+            layer.device = (
+                torch.device("cuda:0") if cuda else torch.device("cpu", 0)
+            )  # the drafter's, as loaded
+            layer_box.append(layer)
+        return layer_box[0]
+
     class DFlashLike:
         caps: ClassVar[dict[str, Any]] = {"dflash_draft": True, "default_draft_size": K}
         draft_verifier_params: ClassVar[dict[str, Any]] = {}
@@ -338,12 +357,14 @@ def case(payload: dict[str, Any]) -> dict[str, Any]:
             if rings is not None:
                 rings.forward(input_ids, params)
             if payload.get("device_drafter"):
-                # the census's drafter: the anchor embedded through the target's real Embedding module (as
-                # DFlashInputLayer does; a host table gathers on the host, then uploads), then device ops only
-                emb = fake.model.modules[0]
-                x = emb.forward(emb.prepare_for_device(input_ids, params), params)
+                # the census's drafter: the wheel's own DFlashInputLayer.forward (the anchor and the block's mask
+                # rows through the target's real Embedding; 0006's anchor-only path with cached mask rows under
+                # EXL3_OVL_DFLASH_MASK_CACHE=1), the first device layer's upload of a host result, then device ops
+                # only, reading the anchor's row (the table's column 0 holds the token id)
+                x = input_layer().forward(input_ids, params)
                 if not x.is_cuda:
                     x = upload(x)
+                x = x[:, :1]
                 seqlens = params["cache_seqlens"].to(table_dev.device, non_blocking=True)
                 return x[..., 0].long(), seqlens
             return host(input_ids).clone(), host(params["cache_seqlens"]).clone()
