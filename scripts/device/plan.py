@@ -201,10 +201,11 @@ PROBES: tuple[Probe, ...] = (
         "sglang",
         "accept-stats",
         "spec-acceptance-histograms-by-temperature-and-worklo",
-        "spec-verify-step",
+        "decode-step-spec",
         ("host-syncs",),
         0,
-        "SchedulerBatchResultProcessor after a verify",
+        "SchedulerBatchResultProcessor after a verify (the census's decode-step-spec: the scheduler's whole step of a "
+        "speculative decode batch)",
         pending=NEEDS_SGL_ENGINE.format(where="the scheduler's result processing"),
     ),
     Probe(
