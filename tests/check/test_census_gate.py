@@ -53,7 +53,21 @@ def test_decide_counts(direction: str, before: Any, after: Any, holds: bool | No
 @pytest.mark.parametrize(
     ("metric", "direction", "before", "after", "holds"),
     [
-        ("peak-memory", "unchanged", 930_396.0, 931_808.0, True),  # within the allocator's 1% noise floor
+        ("peak-memory", "unchanged", 930_396.0, 931_808.0, True),  # within the allocator's noise floor
+        (
+            "peak-memory",
+            "unchanged",
+            671_560.0,
+            679_060.0,
+            True,
+        ),  # the tiny DSA model's run-to-run spread (1.1%)
+        (
+            "peak-memory",
+            "unchanged",
+            930_396.0,
+            996_000.0,
+            False,
+        ),  # an extra buffer kept per step (7%) is a change
         ("peak-memory", "decreases", 930_396.0, 929_884.0, False),  # noise is no decrease
         ("peak-memory", "decreases", 2_427_480.0, 1_983_680.0, True),  # 0019's ring: 18% lower
         ("peak-memory", "decreases", 930_396.0, 996_000.0, False),  # an extra buffer kept per step

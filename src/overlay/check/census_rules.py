@@ -23,8 +23,11 @@ TOLERANCE = 1e-6  # absolute, per step: counts are exact integers averaged over 
 # Relative noise floors of the metrics read from an allocator, not counted: which buffers are alive at a high-water
 # mark depends on how a backend's worker thread and the caller interleave (mlx's CPU stream frees an evaluation's
 # intermediates while the next are allocated). Measured on mlx[cpu], llama-random, repeated stock runs: peak-memory
-# within 0.3%, bytes-moved (per step, 4 steps) within 20%.
-RELATIVE_TOLERANCE = {"peak-memory": 0.01, "bytes-moved": 0.3}
+# within 0.3%, bytes-moved (per step, 4 steps) within 20%; the census's tiny DeepSeek-V3.2 (MLA, MoE, DSA indexer,
+# 160-token prompt), 5 repeated runs of one configuration (2026-12-05): peak-memory 670976..679552 B, a 1.28% spread
+# (a 1% floor failed 0003's "unchanged" on noise in a fresh-clone main.sh: 6.716e5 -> 6.791e5 with a flag that changes
+# no op of that model); 3% leaves every declared change clear (0019's ring 18%, an extra vocabulary buffer 7%).
+RELATIVE_TOLERANCE = {"peak-memory": 0.03, "bytes-moved": 0.3}
 
 
 def tolerance(metric: str | None, ref: float) -> float:
