@@ -60,6 +60,7 @@ from overlay.fsutil import atomic_write_json
 
 CARRY_LIMIT = 64 * 1024 * 1024
 ENGINES = ("sglang", "exllamav3", "vllm")
+SGLANG_EXTRA_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 SGLANG_EXTRA = [
     "msgspec",
     "orjson",
@@ -120,28 +121,7 @@ def prepare() -> int:
         with exclude.open("a") as fh:
             fh.write("/.whl/\n")
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            "--platform",
-            "manylinux_2_28_x86_64",
-            "--platform",
-            "manylinux_2_17_x86_64",
-            "--platform",
-            "manylinux2014_x86_64",
-            "-d",
-            str(whl),
-            *SGLANG_EXTRA,
-        ],
+        vllm_prepare.cp312_pip("download", "-d", str(whl), *SGLANG_EXTRA, platforms=SGLANG_EXTRA_PLATFORMS),
         capture_output=True,
         text=True,
     )

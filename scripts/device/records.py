@@ -27,6 +27,21 @@ from overlay.check.census_rules import decide
 from overlay.core.series import load_series
 
 
+def declared_fields(engine: str, patch: Any, mech: Any, switch: Any) -> dict[str, Any]:
+    """What every device record says of one declared mechanism: the patch, the claim and the switch that turns it
+    on (records here and vllm_records.py)."""
+    return {
+        "engine": engine,
+        "patch": patch.name,
+        "metric": mech.metric,
+        "direction": mech.direction,
+        "scenario": mech.scenario,
+        "declared": mech.text,
+        "flag": switch.text,
+        "default": switch.default,
+    }
+
+
 def resolve(root: Path, engine: str) -> dict[str, Any]:
     series = load_series(root / "patches" / engine)
     entries, not_measurable, unplanned = [], [], []
@@ -34,16 +49,9 @@ def resolve(root: Path, engine: str) -> dict[str, Any]:
         switch = switch_for(patch.flags)
         for mech in patch.mechanisms:
             base = {
-                "engine": engine,
-                "patch": patch.name,
-                "metric": mech.metric,
-                "direction": mech.direction,
-                "scenario": mech.scenario,
-                "declared": mech.text,
-                "flag": switch.text,
+                **declared_fields(engine, patch, mech, switch),
                 "env": dict(switch.env),
                 "options": dict(switch.options),
-                "default": switch.default,
             }
             probe = plan.probe_for(engine, patch.name, mech.metric, mech.scenario)
             if probe is not None:

@@ -32,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,16 @@ PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux_2_31_x86_64",
 )
+
+
+def cp312_pip(command: str, *args: str, platforms: Sequence[str] = PLATFORMS) -> list[str]:
+    """``pip COMMAND`` for the device's interpreter, CPython 3.12 x86_64: binary wheels only, no dependency
+    resolution (the device reaches no index: what is named is what travels)."""
+    tags = [a for p in platforms for a in ("--platform", p)]
+    return [
+        sys.executable, "-m", "pip", command, "-q", "--no-deps", "--only-binary=:all:",
+        "--python-version", "3.12", "--implementation", "cp", *tags, *args,
+    ]  # fmt: skip
 
 
 class PrepareError(Exception):
@@ -225,24 +235,9 @@ def _tar_xz(path: Path, files: dict[str, bytes]) -> None:
 def _deps_site(into: Path, work: Path) -> list[str]:
     """``VLLM_DEPS`` for CPython 3.12 x86_64, installed by pip into ``into`` (no bytecode); returns the wheel names."""
     wheels = work / "dep-wheels"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        "3.12",
-        "--implementation",
-        "cp",
-        *[a for p in PLATFORMS for a in ("--platform", p)],
-        "-d",
-        str(wheels),
-        *VLLM_DEPS,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(
+        cp312_pip("download", "-d", str(wheels), *VLLM_DEPS), capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise PrepareError(
             f"pip could not download vLLM's device dependencies {' '.join(VLLM_DEPS)}: "
@@ -250,25 +245,9 @@ def _deps_site(into: Path, work: Path) -> list[str]:
         )
     names = sorted(p.name for p in wheels.glob("*.whl"))
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            *[a for p in PLATFORMS for a in ("--platform", p)],
-            "--target",
-            str(into),
-            *[str(wheels / n) for n in names],
-        ],
+        cp312_pip(
+            "install", "--no-index", "--no-compile", "--target", str(into), *[str(wheels / n) for n in names]
+        ),
         capture_output=True,
         text=True,
     )

@@ -20,6 +20,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import plan
+from records import declared_fields
 
 from overlay.check.census import switch_for
 from overlay.core.series import load_series
@@ -44,14 +45,7 @@ def resolve(root: Path) -> dict[str, Any]:
         for mech in patch.mechanisms:
             entries.append(
                 {
-                    "engine": "vllm",
-                    "patch": patch.name,
-                    "metric": mech.metric,
-                    "direction": mech.direction,
-                    "scenario": mech.scenario,
-                    "declared": mech.text,
-                    "flag": switch.text,
-                    "default": switch.default,
+                    **declared_fields("vllm", patch, mech, switch),
                     "gate": cpu.gate if cpu else None,
                     "probes": probes,
                 }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_support import REPO
+from vllm_support import REPO, hybrid_model, tokenized_prompts
 
 from overlay.check import models as tinymodels
 from overlay.check.envs import Arms
@@ -29,7 +29,6 @@ from overlay.engines import get_adapter
 from overlay.schemas.documents import GreedyRequest, SpecRequest
 
 pytestmark = pytest.mark.long
-KIND = "qwen3_5-mtp-gdn64"
 MAX_TOKENS = 48
 K = 3
 TIE = 0.125  # one rounding step of a bfloat16 logit between 16 and 32 (0.0625 between 8 and 16)
@@ -38,16 +37,12 @@ WRONG = 1.0  # a top-2 margin no bfloat16 rounding of these logits explains: a w
 
 @pytest.fixture(scope="module")
 def model() -> Path:
-    return tinymodels.build(KIND, root=REPO, python=tinymodels.stock_mlx_python(REPO))
+    return hybrid_model()
 
 
 @pytest.fixture(scope="module")
 def prompts(arms: Arms, model: Path) -> list[list[int]]:
-    texts = [text for _, text in tinymodels.all_prompts()]
-    ids: list[list[int]] = get_adapter("vllm").run(
-        arms.stock, {"task": "tokenize", "model": str(model), "prompts": texts}
-    )["ids"]
-    return ids
+    return tokenized_prompts(arms, model)
 
 
 @pytest.fixture(scope="module")

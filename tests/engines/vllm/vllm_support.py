@@ -47,3 +47,22 @@ def trained_target() -> Path:
     """llama-target, the check's target (trained with the stock mlx-lm arm): peaked next-token distributions, and
     sampled outputs that repeat phrases (the n-gram proposer keeps drafting at temperature 0.7 and above)."""
     return tinymodels.build("llama-target", root=REPO, python=tinymodels.stock_mlx_python(REPO))
+
+
+HYBRID_KIND = (
+    "qwen3_5-mtp-gdn64"  # the hybrid the CPU gated-delta kernels take (head dims 64/128), with its MTP head
+)
+
+
+def hybrid_model() -> Path:
+    """The bundled hybrid qwen3_5 with a trained MTP head (trained with the stock mlx-lm arm)."""
+    return tinymodels.build(HYBRID_KIND, root=REPO, python=tinymodels.stock_mlx_python(REPO))
+
+
+def tokenized_prompts(arms: Arms, model: Path) -> list[list[int]]:
+    """The check's prompts as ``model``'s token ids (stock's tokenizer)."""
+    texts = [text for _, text in tinymodels.all_prompts()]
+    ids: list[list[int]] = get_adapter("vllm").run(
+        arms.stock, {"task": "tokenize", "model": str(model), "prompts": texts}
+    )["ids"]
+    return ids
