@@ -42,6 +42,25 @@ def declared_fields(engine: str, patch: Any, mech: Any, switch: Any) -> dict[str
     }
 
 
+def unmeasured(entry: dict[str, Any], note: str, *, probe: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A census record of a declared mechanism the device run did not measure (``extra``: fields of its own, after
+    ``holds``), with why in ``note``."""
+    return {
+        **{k: entry[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
+        "probe": probe,
+        "stock": None,
+        "patched": None,
+        "flag_off": None,
+        "before": None,
+        "after": None,
+        "holds": None,
+        **extra,
+        "sites": {"stock": [], "patched": []},
+        "time": None,
+        "note": note,
+    }
+
+
 def resolve(root: Path, engine: str) -> dict[str, Any]:
     series = load_series(root / "patches" / engine)
     entries, not_measurable, unplanned = [], [], []
@@ -162,21 +181,7 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
         }
         out.append(rec)
     for n in resolved["not_on_one_gpu"]:
-        out.append(
-            {
-                **{k: n[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
-                "probe": None,
-                "stock": None,
-                "patched": None,
-                "flag_off": None,
-                "before": None,
-                "after": None,
-                "holds": None,
-                "sites": {"stock": [], "patched": []},
-                "time": None,
-                "note": f"not measured: not on one GPU ({n['reason']})",
-            }
-        )
+        out.append(unmeasured(n, f"not measured: not on one GPU ({n['reason']})"))
     for u in resolved["unplanned"]:
         out.append(
             {

@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import plan
-from records import declared_fields
+from records import declared_fields, unmeasured
 
 from overlay.check.census import switch_for
 from overlay.core.series import load_series
@@ -107,20 +107,12 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
         if "imports" in e["probes"]:
             checks = "; ".join(filter(None, [checks, _imports_note(report)]))
         out.append(
-            {
-                **{k: e[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
-                "probe": ",".join(e["probes"]) or None,
-                "stock": None,
-                "patched": None,
-                "flag_off": None,
-                "before": None,
-                "after": None,
-                "holds": None,
-                "neutral": neutral,
-                "sites": {"stock": [], "patched": []},
-                "time": None,
-                "note": f"not measured on the GPU: {why}" + (f"; {checks}" if checks else ""),
-            }
+            unmeasured(
+                e,
+                f"not measured on the GPU: {why}" + (f"; {checks}" if checks else ""),
+                probe=",".join(e["probes"]) or None,
+                neutral=neutral,
+            )
         )
     return out
 
