@@ -35,7 +35,12 @@ def census(arm: Arm, scenario: str, env: dict[str, str] | None = None, **extra: 
 
 
 def test_scenarios_are_declared() -> None:
-    assert get_adapter("exllamav3").census_scenarios() == ("decode-step", "spec-verify-step", "draft-round")
+    assert get_adapter("exllamav3").census_scenarios() == (
+        "decode-step",
+        "spec-verify-step",
+        "draft-round",
+        "drafter-load",
+    )
 
 
 def test_stock_verify_step_counts_in_the_generator(arms: Arms) -> None:
@@ -93,8 +98,8 @@ def test_variants_are_a_ring_and_a_paged_drafter() -> None:
 
 
 def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
-    """The real Embedding placed by the loader's rule: host table, so 0014 alone keeps the waits; with
-    --embed_on_device (0017) and the drafter's input layer on 0006's anchor path (its ids uploaded non-blocking), a
+    """The real Embedding placed by the loader's rule: host table, so 0013 alone keeps the waits; with
+    --embed_on_device (0016) and the drafter's input layer on 0005's anchor path (its ids uploaded non-blocking), a
     round (draft + verify) has one host sync; stock's input layer uploads the block's ids with a blocking .to()
     (embedding.py:289), one more."""
     flag = {"EXL3_OVL_ROUND_SYNC": "1", "EXL3_OVL_DFLASH_MASK_CACHE": "1"}
@@ -123,7 +128,7 @@ def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
 def test_ring_step_becomes_capturable(arms: Arms) -> None:
     """The ring drafter's per-layer step (the wheel's _decode_state_prep, judged in a capture-check region): stock
     uploads pageable lengths per layer, the ring alone makes block tables with torch.tensor(device=) when its bases
-    move; the persistent tables (0021) are capturable."""
+    move; the persistent tables (0020) are capturable."""
     ring = {"EXL3_OVL_SWA_RING": "1"}
     stock = census(arms.stock, "draft-round")
     alone = census(arms.patched, "draft-round", ring)
@@ -143,11 +148,11 @@ def test_ring_step_becomes_capturable(arms: Arms) -> None:
 
 
 def test_ring_drafter_round_capture_needs_the_device_table(arms: Arms) -> None:
-    """0022's round graph on a ring drafter whose input is the wheel's DFlashInputLayer: capturable only with the
-    table on the device (0017) and 0006's anchor-only input (EXL3_OVL_DFLASH_MASK_CACHE=1), whose anchor ids reach
+    """0021's round graph on a ring drafter whose input is the wheel's DFlashInputLayer: capturable only with the
+    table on the device (0016) and 0005's anchor-only input (EXL3_OVL_DFLASH_MASK_CACHE=1), whose anchor ids reach
     the device through Module.prepare_for_device (non-blocking from pinned staging). Stock's input layer builds the
     block's ids on the host and Embedding.forward uploads them with a blocking .to(): a pageable, blocking copy
-    inside the round; the first 0006 (anchor through Embedding.forward) left the blocking copy (fails here)."""
+    inside the round; the first 0005 (anchor through Embedding.forward) left the blocking copy (fails here)."""
     flags = {
         "EXL3_OVL_SWA_RING": "1",
         "EXL3_OVL_SWA_RING_STATIC": "1",
@@ -180,9 +185,9 @@ def test_cli_options_are_refused(arms: Arms) -> None:
 
 
 def test_q8_ring_write_back_uploads_once_per_step(arms: Arms) -> None:
-    """0009's quantized rings (ring_bits: what --draft_cache_quant 8 makes of a --draft_window drafter's rings with
+    """0008's quantized rings (ring_bits: what --draft_cache_quant 8 makes of a --draft_window drafter's rings with
     EXL3_OVL_SWA_RING=1): the DFlash write-back after verify uploads one table for every row and layer; the previous
-    0009 made two pageable uploads per sequence and layer (bsz 2: 13 h2d copies per verify step, bsz 3: 19)."""
+    0008 made two pageable uploads per sequence and layer (bsz 2: 13 h2d copies per verify step, bsz 3: 19)."""
     ring = {"EXL3_OVL_SWA_RING": "1"}
     for bsz in (2, 3):
         fp16 = census(arms.patched, "spec-verify-step", ring, bsz=bsz)
@@ -202,9 +207,9 @@ def test_q8_ring_write_back_uploads_once_per_step(arms: Arms) -> None:
 
 
 def test_ring_write_back_launches_do_not_grow_with_bsz(arms: Arms) -> None:
-    """0021 with EXL3_OVL_SWA_RING_STATIC=1: the DFlash write-back after verify (write_state_rows, 3 ring layers)
+    """0020 with EXL3_OVL_SWA_RING_STATIC=1: the DFlash write-back after verify (write_state_rows, 3 ring layers)
     writes each layer's block with one index_copy_ per tensor through one index uploaded per step, where the ring
-    alone copies k and v per row (the previous 0021 too): 6 launches per step at every bsz instead of 6 per row,
+    alone copies k and v per row (the previous 0020 too): 6 launches per step at every bsz instead of 6 per row,
     for one more (non-blocking, pinned) upload; the write-back region stays capturable."""
     ring = {"EXL3_OVL_SWA_RING": "1"}
     static = {**ring, "EXL3_OVL_SWA_RING_STATIC": "1"}
@@ -226,3 +231,57 @@ def test_ring_write_back_launches_do_not_grow_with_bsz(arms: Arms) -> None:
             assert indexed["metrics"][metric] == copies["metrics"][metric]
         # the write_state_rows calls run in a capture-check region: no host read, no pageable copy in either
         assert indexed["metrics"]["capturable"] is True and copies["metrics"]["capturable"] is True
+
+
+def _load(
+    arm: Arm, layers: str, env: dict[str, str] | None = None, options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return census(arm, "drafter-load", env, drafter_layers=layers, options=options or {})
+
+
+def test_drafter_load_counts_the_drafters_caches(arms: Arms) -> None:
+    """drafter-load: the drafter's caches as the wheel's model_init builds and allocates them (target's apart)."""
+    stock, off = _load(arms.stock, "paged"), _load(arms.patched, "paged")
+    # a paged fp16 drafter: 3 layers x (k, v) x 65536 tokens x 2 heads x 64 x 2 bytes, at the wheel's alloc()
+    assert stock["metrics"]["peak-memory"] == off["metrics"]["peak-memory"] == 3 * 2 * 65536 * 2 * 64 * 2
+    assert stock["detail"]["draft_cache"]["paged_types"] == ["CacheLayer_fp16"]
+    assert stock["detail"]["target_cache_bytes"] == 2 * 2 * 65536 * 2 * 32 * 2  # counted apart
+    assert any(site.startswith("exllamav3/cache/fp16.py:") for site, _ in stock["sites"]["eager-launches"])
+    # the stock wheel's model_init does not know the series' options: a clear refusal, not a number
+    with pytest.raises(ExternalCommandError, match="refuses"):
+        _load(arms.stock, "paged", options={"--draft_window": "512"})
+
+
+def test_draft_window_and_draft_cache_quant_shrink_the_drafters_caches(arms: Arms) -> None:
+    """0001 (--draft_window), 0004 (--draft_cache_quant) and 0008 (Q8 rings): peak-memory decreases in drafter-load."""
+    paged_off, ring_off = _load(arms.patched, "paged"), _load(arms.patched, "ring")
+    window = _load(arms.patched, "paged", options={"--draft_window": "512"})
+    assert window["detail"]["draft_cache"]["ring_types"] == ["SWALayerState"]
+    assert window["metrics"]["peak-memory"] < paged_off["metrics"]["peak-memory"] / 50
+    # a checkpoint's own sliding layers keep their windows (0001 forces full-attention layers only)
+    assert (
+        _load(arms.patched, "ring", options={"--draft_window": "512"})["metrics"]["peak-memory"]
+        == (ring_off["metrics"]["peak-memory"])
+    )
+    q8 = _load(arms.patched, "paged", options={"--draft_cache_quant": "8"})
+    assert q8["detail"]["draft_cache"]["paged_types"] == ["CacheLayer_quant"]
+    assert 0.4 < q8["metrics"]["peak-memory"] / paged_off["metrics"]["peak-memory"] < 0.6
+    # rings stay fp16 without the modular ring; with it they are quantized (0008)
+    assert (
+        _load(arms.patched, "ring", options={"--draft_cache_quant": "8"})["metrics"]["peak-memory"]
+        == (ring_off["metrics"]["peak-memory"])
+    )
+    q8_ring = _load(arms.patched, "ring", {"EXL3_OVL_SWA_RING": "1"}, options={"--draft_cache_quant": "8"})
+    assert q8_ring["detail"]["draft_cache"]["ring_types"] == ["SWALayerState_quant"]
+    assert q8_ring["metrics"]["peak-memory"] < 0.7 * ring_off["metrics"]["peak-memory"]
+
+
+def test_drafter_load_ring_only_bytes_do_not_follow_the_cache_size(arms: Arms) -> None:
+    """Why the old 0002 (a ring-only draft cache of another size) was dropped: its size costs no device memory."""
+    big, small = _load(arms.patched, "ring"), _load(arms.patched, "ring", options={"-cs": "4096"})
+    assert big["metrics"]["peak-memory"] == small["metrics"]["peak-memory"] > 0
+    paged_big, paged_small = (
+        _load(arms.patched, "paged"),
+        _load(arms.patched, "paged", options={"-cs": "4096"}),
+    )
+    assert paged_small["metrics"]["peak-memory"] * 16 == paged_big["metrics"]["peak-memory"]

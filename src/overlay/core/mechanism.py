@@ -80,7 +80,11 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "draft-extend-draft": "a draft-extend and the next draft round as one step inside one capture region: what "
         "one combined CUDA graph would hold (capturable measured, each violation with its site and zone)",
     },
-    "exllamav3": dict(_TORCH_SCENARIOS),
+    "exllamav3": {
+        **_TORCH_SCENARIOS,
+        "drafter-load": "model_init building and allocating the drafter's caches (paged layers, window rings) for the "
+        "cache size asked: the device memory they take",
+    },
     "mlx-lm": {
         "decode-token": "one generated token of plain (non-speculative) generation: forward, sample, eval",
         "spec-verify-step": "one speculative verify: the target scores the drafted tokens, accepts, rewinds caches",

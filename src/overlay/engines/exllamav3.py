@@ -18,7 +18,8 @@ from overlay.errors import UsageError
 from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
-CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round")  # workers/exllamav3_census.py
+# workers/exllamav3_census.py; drafter-load: workers/exllamav3_census_load.py
+CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "drafter-load")
 
 
 class ExLlamaV3Adapter:
@@ -68,10 +69,11 @@ class ExLlamaV3Adapter:
     ) -> tuple[Any, ...]:
         """Two block drafters (workers/exllamav3_census.py "drafter_layers"): every layer a window ring (what
         --draft_window makes of a DFlash drafter; its state side is the wheel's SlidingAttention code) and paged
-        layers; decode-step does not involve the drafter and runs once."""
+        layers; decode-step does not involve the drafter and runs once. In drafter-load (model_init's caches) the same two
+        are the drafter checkpoint's layer types: "sliding_attention" (window rings) and "full_attention" (paged)."""
         from overlay.check.census import Variant
 
-        spec = ("spec-verify-step", "draft-round")
+        spec = ("spec-verify-step", "draft-round", "drafter-load")
         return (
             Variant(name="ring drafter", model="", extra=(("drafter_layers", "ring"),)),
             Variant(name="paged drafter", model="", extra=(("drafter_layers", "paged"),), scenarios=spec),

@@ -1,9 +1,9 @@
 """ExLlamaV3 mechanism census on CPU (runs inside an exllamav3 arm with the labelled stand-in extension).
 
 Request on stdin: a CensusRequest (overlay/schemas/documents.py): {"task": "census", "model": str (unused: no EXL3
-checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round", "steps": int, "drafter_layers":
+checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round"|"drafter-load" (exllamav3_census_load.py), "steps": int, "drafter_layers":
 "ring"|"paged" ("ring"), "ring_bits": [k_bits, v_bits] (optional, ring drafters: the rings quantized as
---draft_cache_quant makes them with EXL3_OVL_SWA_RING=1, Cache(swa_ring_bits=...), patch 0009; its row writes run
+--draft_cache_quant makes them with EXL3_OVL_SWA_RING=1, Cache(swa_ring_bits=...), patch 0008; its row writes run
 the quant kernel's CPU reference), "bsz": int (optional, default 2), "options": {"--embed_on_device": null} (the only
 model_init option the census runs)}; the patch's flag comes as environment variables of this process. Fixed inputs:
 K 7 drafts (block 8), the "temp" sampler, the real Embedding module placed by the loader's rule (model_ls.py: system
@@ -64,7 +64,7 @@ FLAG_PREFIX = "EXL3_OVL_"
 # on the real Embedding module, before the loader's placement rule)
 LOADER_OPTIONS = ("--embed_on_device",)
 NOT_COUNTED = {
-    "peak-memory": "the caches are allocated at load, outside the steps, and the stand-in drafter has none",
+    "peak-memory": "the caches are allocated at load, outside the steps (scenario drafter-load counts them)",
     "collectives": "no tensor-parallel path runs on CPU",
     "cache-hits": "no engine cache entry point is wrapped by the census",
 }
@@ -102,6 +102,10 @@ def census(request: CensusRequest) -> dict[str, Any]:
     import spec_round
     from torch_census import Census
 
+    if request["scenario"] == "drafter-load":  # model_init's caches (workers/exllamav3_census_load.py)
+        from exllamav3_census_load import load_census
+
+        return load_census(request, Census, _devsim.CensusDev, _RecordingEnviron, (_devsim.__file__,))
     options = dict(request.get("options") or {})
     embed_on_device = "--embed_on_device" in options
     options.pop("--embed_on_device", None)
@@ -298,7 +302,7 @@ def census(request: CensusRequest) -> dict[str, Any]:
 
 def _ring_bits(request: Any) -> list[int] | None:
     """The request's "ring_bits" (checked): a quantized ring needs ring drafter layers, the modular ring
-    (EXL3_OVL_SWA_RING=1) and a wheel with 0009's SWALayerState_quant."""
+    (EXL3_OVL_SWA_RING=1) and a wheel with 0008's SWALayerState_quant."""
     bits = request.get("ring_bits")
     if bits is None:
         return None
@@ -318,7 +322,7 @@ def _ring_bits(request: Any) -> list[int] | None:
 
     if not hasattr(sliding_attn, "SWALayerState_quant"):
         raise SystemExit(
-            "exllamav3 census: ring_bits: this wheel has no quantized window ring (SWALayerState_quant, patch 0009)"
+            "exllamav3 census: ring_bits: this wheel has no quantized window ring (SWALayerState_quant, patch 0008)"
         )
     return list(bits)
 
