@@ -405,7 +405,9 @@ def request_for(key: str, config: str, entry: dict[str, Any] | None, dry: bool) 
             "dry_run": dry,
             "probe": "swa_ring.py",
             "payload": payload,
-            "tag": "draft-round",
+            # the Q8 ring's mechanism is the rings' device bytes (drafter-load on CPU); here they are held through the
+            # decode steps, so the steps' peak shows them
+            "tag": "drafter-load" if key == "swa-ring-q8" else "draft-round",
             "steps": ["exllamav3.modules.sliding_attn:SlidingAttention.decode_flash_attn"],
             "capture": key == "swa-ring",
         }
@@ -423,7 +425,7 @@ def request_for(key: str, config: str, entry: dict[str, Any] | None, dry: bool) 
             "dry_run": dry,
             "probe": "drafter_model.py",
             "payload": payload,
-            "tag": "draft-round",
+            "tag": "drafter-load",
             "steps": [],
             "time": False,
         }
@@ -657,7 +659,7 @@ def ring_cases(dry: bool) -> list[tuple[str, str, str, dict[str, Any]]]:
         ("mixed-control-ring", "patched", "mixed_ring.py", {**control, "ring": True}),
         ("mixed-linear", "patched", "mixed_ring.py", mixed),
         ("mixed-ring", "patched", "mixed_ring.py", {**mixed, "ring": True}),
-        # F2: a SharedKVAttention drafter layer reading the target's ring in a later forward (0003)
+        # F2: a SharedKVAttention drafter layer reading the target's ring in a later forward (0002)
         ("shared-kv-stock", "stock", "shared_kv_ring.py", shared),
         ("shared-kv-linear", "patched", "shared_kv_ring.py", shared),
         ("shared-kv-ring", "patched", "shared_kv_ring.py", {**shared, "ring": True}),

@@ -165,7 +165,7 @@ def test_changed_cuda_units_compile_without_new_spills(
         assert r["patched"] is not None or r["stock"] is not None
         if r["patched"] and r["entry"]:
             assert r["patched"]["registers"] > 0 and r["patched"]["spill_stores"] is not None
-    # 0015's row-seeded kernels are new (no stock kernel of that name), the rest are matched with stock's
+    # 0014's row-seeded kernels are new (no stock kernel of that name), the rest are matched with stock's
     assert any(r["function"].startswith("void gumbel_noise_rows_kernel<") and not r["matched"] for r in rows)
     assert sum(r["matched"] for r in rows) >= len(rows) - 3
 

@@ -108,7 +108,7 @@ def test_mixed_window_rings_match_unbounded(arms: Arms) -> None:
 
 @pytest.mark.long  # three 900-step probe runs, ~45 s on 2 cores
 def test_shared_kv_ring_source_after_shifts(arms: Arms) -> None:
-    """0003: a query-only drafter layer (SharedKVAttention) reading the target's window ring in its own, later
+    """0002: a query-only drafter layer (SharedKVAttention) reading the target's window ring in its own, later
     forward reads the target's last window + 1 keys at every step, across every window shift."""
     payload = {"seed": 0, "steps": 900, "bsz": 2, "max_step": 3}
     stock = arms.stock.run_json(probe("shared_kv_ring.py"), payload)
@@ -118,20 +118,6 @@ def test_shared_kv_ring_source_after_shifts(arms: Arms) -> None:
     assert stock["shifts"] >= 8 and ring["shifts"] == stock["shifts"]
     assert stock["mismatches"] == 0 and ring["mismatches"] == 0, ring["examples"]
     assert ring["checked"] == stock["checked"] == 2 * payload["steps"]
-
-
-def test_draft_cache_size_decoupled(arms: Arms) -> None:
-    ring_only = {"draft_layer_types": ["sliding_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
-    paged = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 256}
-    same = {"draft_layer_types": ["full_attention"] * 2, "target_tokens": 8192, "draft_tokens": 8192}
-    stock = run_cases(arms.stock, "generator_init.py", [ring_only, paged, same])
-    patched = run_cases(arms.patched, "generator_init.py", [ring_only, paged, same])
-
-    assert stock[0]["outcome"] == "assertion"
-    # past every draft-cache check (the constructor's next step is a pinned allocation, which CPU torch refuses)
-    assert patched[0]["outcome"] == "reached pinned allocation"
-    assert patched[1:] == stock[1:]
-    assert patched[1]["message"] == "Cache and draft cache must be same size"
 
 
 RING_SCHEDULES = [
@@ -295,9 +281,9 @@ def test_swa_ring_q8(arms: Arms) -> None:
     assert 0 < r8["max_abs_vs_oracle"] < 0.05 < r4["max_abs_vs_oracle"] < 1.0
 
     # row writes batched per layer: one table upload per write (a DFlash write-back or a prefill's surviving rows,
-    # however many sequences; the previous 0009 uploaded a block table and a start row per sequence), and the
+    # however many sequences; the previous 0008 uploaded a block table and a start row per sequence), and the
     # prefill's fp16 scratch covers the hot windows of the batch, not the whole ring pool
-    writes, counts = r8b["quant_writes"], r8b["counts"]  # the previous 0009: 66 calls, 132 uploads, 12 pages
+    writes, counts = r8b["quant_writes"], r8b["counts"]  # the previous 0008: 66 calls, 132 uploads, 12 pages
     assert writes["rows"] > writes["calls"] > 0 and writes["uploads"] <= writes["calls"]
     assert writes["calls"] == writes["steps"] >= counts["write_back"] + counts["prefill"]
     assert writes["launches"] <= writes["rows"]
@@ -322,7 +308,7 @@ def test_swa_ring_on_upstream_kernels_interpreted(arms: Arms) -> None:
     Triton's interpreter on CPU: probes/_triton_cpu.py) instead of the probes' torch references, which were written
     alongside the patches: stock's linear buffers (shift copies) and the patched ring give bit-identical outputs over
     several wraps with rewinds and checkpoints, both within the kernels' rounding of attention over the unbounded
-    history; the Q8 ring (0009) read by the decode kernel's online dequant (qc=) and, for a prefill, from the compact
+    history; the Q8 ring (0008) read by the decode kernel's online dequant (qc=) and, for a prefill, from the compact
     fp16 scratch through an identity table, stays within the kernels' rounding of attention over the rows as quantized."""
     fp16 = {"seed": 6, "window": 256, "steps": 100, "kernels": "interpret"}
     stock = arms.stock.run_json(probe("swa_ring.py"), fp16)

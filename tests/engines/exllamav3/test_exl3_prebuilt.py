@@ -3,7 +3,7 @@
 On this machine torch is the CPU build, so the build itself cannot run: the tests check that the command refuses
 with exit 2 and a message naming what is missing (CUDA torch, nvcc), directly and through `overlay apply`, and that
 the manifest wires the command to the documented placeholders, and that the build passes the tree's build-time
-defines (0016) to torch's builder, recorded in place of a build. The compile check of the translation units the series
+defines (0015) to torch's builder, recorded in place of a build. The compile check of the translation units the series
 changes is test_exl3_compile.py.
 """
 
@@ -138,7 +138,7 @@ def test_build_passes_the_trees_build_defines(
     bszn: str | None,
     defines: list[str],
 ) -> None:
-    """0016: with EXL3_OVL_BSZN=16 the patched ext.py JIT-builds with -DEXL3_OVL_MAX_BSZN=16 for both compilers
+    """0015: with EXL3_OVL_BSZN=16 the patched ext.py JIT-builds with -DEXL3_OVL_MAX_BSZN=16 for both compilers
     (util/cuda_flags.py ovl_build_defines); the prebuilt build (overlay apply --prebuilt, the device script's builds)
     must pass the same, or its extension keeps 8 graph slots per MLP while the Python side asks for 16."""
     root = patched_tree if tree == "patched" else stock_tree

@@ -281,7 +281,7 @@ def test_mtp_index_share(arms: Arms) -> None:
 
 
 def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms: Arms) -> None:
-    """0020: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
+    """0019: depth 0 of a shared-selection MTP round still runs the graphed bc_mla step (as stock does at every
     depth) and its selection reaches the later depths, which take the dispatch path; without the share dict every
     depth is graphed, as in stock."""
     (stock,) = run_cases(arms.stock, "mla_bc_depth.py", [{"share": True}])
@@ -294,8 +294,8 @@ def test_mtp_index_share_keeps_the_graphed_step_at_depth_0(arms: Arms) -> None:
 
 
 def test_embed_on_device(arms: Arms) -> None:
-    """--embed_on_device: the real Embedding module, placed by the loader's rule, stays on the device, so 0014's
-    device-built verify input runs and a round has one host sync (stock and 0014 alone: two, at bsz 1)."""
+    """--embed_on_device: the real Embedding module, placed by the loader's rule, stays on the device, so 0013's
+    device-built verify input runs and a round has one host sync (stock and 0013 alone: two, at bsz 1)."""
     base = {"seed": 3, "bsz": 1, "block": 12, "rounds": 5, "corrupt": 8, "embed": "loader"}
     wide = {**base, "seed": 4, "bsz": 3, "block": 8}
     stock, stock3 = run_cases(arms.stock, "spec_round.py", [base, wide])

@@ -30,7 +30,7 @@ def test_dflash_mask_rows_cached(arms: Arms, payload: dict[str, Any]) -> None:
 
 
 def test_dflash_mask_rows_follow_the_embedding(arms: Arms) -> None:
-    """0006's mask-row cache after the target's embedding module is freed and a new one (another table) takes its
+    """0005's mask-row cache after the target's embedding module is freed and a new one (another table) takes its
     address: the block input is embedded from the new table, as stock does, not served from the freed one's."""
     payload = {"seed": 0, "rounds": 10, "swap": True}
     (stock,) = run_cases(arms.stock, "dflash_input.py", [payload])

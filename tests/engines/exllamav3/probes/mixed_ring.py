@@ -126,7 +126,7 @@ def case(P: dict[str, Any]) -> dict[str, Any]:
         errors = []
 
         def record(i: int, b: int, pos0: int, keys: Any, values: Any, n: int) -> None:
-            # rows [pos0, pos0 + n) of layer i, row b; a cropped projection (0007) gave only the last rows
+            # rows [pos0, pos0 + n) of layer i, row b; a cropped projection (0006) gave only the last rows
             m = keys.shape[0]
             hk, hv = hist[i][b]
             del hk[pos0:], hv[pos0:]

@@ -13,7 +13,7 @@ payload: {"seed": int, "bsz": int, "block": int (drafter block; K = block - 1), 
 the n-gram path does), "embed": "device"|"host"|"loader" (loader: the real Embedding module, placed by the
 loader's rule; "embed_on_device": true applies model_init's --embed_on_device first), "drafter_layers": "ring" (the
 drafter's state side is the wheel's SlidingAttention ring code: _RingLayers), "ring_bits": [k_bits, v_bits] (those
-rings quantized: Cache(swa_ring_bits=...), 0009; needs EXL3_OVL_SWA_RING=1), "corrupt": percent, "first_token_job": bool (one job still at
+rings quantized: Cache(swa_ring_bits=...), 0008; needs EXL3_OVL_SWA_RING=1), "corrupt": percent, "first_token_job": bool (one job still at
 its first token), "serial_job": bool (one job with a checkpoint: stock's serial path), "decode_rounds": int
 (no-draft rounds first), "env": {...}} or {"cases": [...]}
 """
@@ -358,7 +358,7 @@ def case(payload: dict[str, Any]) -> dict[str, Any]:
                 rings.forward(input_ids, params)
             if payload.get("device_drafter"):
                 # the census's drafter: the wheel's own DFlashInputLayer.forward (the anchor and the block's mask
-                # rows through the target's real Embedding; 0006's anchor-only path with cached mask rows under
+                # rows through the target's real Embedding; 0005's anchor-only path with cached mask rows under
                 # EXL3_OVL_DFLASH_MASK_CACHE=1), the first device layer's upload of a host result, then device ops
                 # only, reading the anchor's row (the table's column 0 holds the token id)
                 x = input_layer().forward(input_ids, params)
@@ -543,7 +543,7 @@ class _RingLayers:
         self.model = Model.from_config(Config.from_directory(str(directory)))
         bsz = payload.get("bsz", 2)
         bits = payload.get("ring_bits")
-        # ring_bits: the quantized rings (0009) that --draft_cache_quant gives the drafter with EXL3_OVL_SWA_RING=1;
+        # ring_bits: the quantized rings (0008) that --draft_cache_quant gives the drafter with EXL3_OVL_SWA_RING=1;
         # their row writes run the quant kernel's CPU reference (the CUDA kernel's arithmetic, _qcache_real)
         quant = {"swa_ring_bits": tuple(bits)} if bits else {}
         if bits:
