@@ -80,7 +80,11 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "draft-extend-draft": "a draft-extend and the next draft round as one step inside one capture region: what "
         "one combined CUDA graph would hold (capturable measured, each violation with its site and zone)",
     },
-    "exllamav3": dict(_TORCH_SCENARIOS),
+    "exllamav3": {
+        **_TORCH_SCENARIOS,
+        "prefill-chunk": "one chunk of prompt prefill as the drafter sees it: the DFlash drafter's K/V update from the "
+        "target's tapped hidden states (dflash_update_kv_from_target: fc, norm, k/v projections, window writes)",
+    },
     "mlx-lm": {
         "decode-token": "one generated token of plain (non-speculative) generation: forward, sample, eval",
         "spec-verify-step": "one speculative verify: the target scores the drafted tokens, accepts, rewinds caches",

@@ -18,7 +18,8 @@ from overlay.errors import UsageError
 from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
-CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round")  # workers/exllamav3_census.py
+# workers/exllamav3_census.py (prefill-chunk: workers/exllamav3_census_prefill.py)
+CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "prefill-chunk")
 
 
 class ExLlamaV3Adapter:
@@ -68,7 +69,8 @@ class ExLlamaV3Adapter:
     ) -> tuple[Any, ...]:
         """Two block drafters (workers/exllamav3_census.py "drafter_layers"): every layer a window ring (what
         --draft_window makes of a DFlash drafter; its state side is the wheel's SlidingAttention code) and paged
-        layers; decode-step does not involve the drafter and runs once."""
+        layers; decode-step does not involve the drafter and runs once, prefill-chunk (the drafter's prefill K/V
+        update, whose paged write is an extension kernel) with the ring drafter only."""
         from overlay.check.census import Variant
 
         spec = ("spec-verify-step", "draft-round")
