@@ -378,9 +378,9 @@ PROBES: tuple[Probe, ...] = (
         "dflash-prefill",
         "dflash-crop-drafter-prefill-K-V-projection-to-the-wi",
         "prefill-chunk",
-        ("bytes-moved",),
+        ("gemm-bytes",),
         0,
-        "the drafter prefill's K/V projection (dflash.py)",
+        "the drafter prefill's fc / k / v projections (dflash.py): rows and operand bytes per chunk",
         pending="probes/dflash_prefill.py runs on CPU only (projections are torch stand-ins): no CUDA path to count",
     ),
     Probe(

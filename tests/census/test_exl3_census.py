@@ -39,6 +39,7 @@ def test_scenarios_are_declared() -> None:
         "decode-step",
         "spec-verify-step",
         "draft-round",
+        "prefill-chunk",
         "drafter-load",
     )
 
@@ -285,3 +286,33 @@ def test_drafter_load_ring_only_bytes_do_not_follow_the_cache_size(arms: Arms) -
         _load(arms.patched, "paged", options={"-cs": "4096"}),
     )
     assert paged_small["metrics"]["peak-memory"] * 16 == paged_big["metrics"]["peak-memory"]
+
+
+def test_prefill_crop_shrinks_the_drafter_projections(arms: Arms) -> None:
+    """0006 (EXL3_OVL_DFLASH_PREFILL_CROP=1) in the wheel's dflash_update_kv_from_target, prefill chunks of 2048 rows
+    into 3 window rings (window 256, kv_state_size 768): only the chunk's last 768 rows go through fc, k_proj and
+    v_proj, so the GEMMs' operand bytes shrink; the job's uploads (positions, block table) do not move, so bytes-moved
+    is not this patch's mechanism. The windows after every chunk equal stock's (a wrong crop or RoPE offset shows)."""
+    crop = {"EXL3_OVL_DFLASH_PREFILL_CROP": "1"}
+    stock = census(arms.stock, "prefill-chunk")
+    off = census(arms.patched, "prefill-chunk")
+    on = census(arms.patched, "prefill-chunk", crop)
+    ring = census(arms.patched, "prefill-chunk", {**crop, "EXL3_OVL_SWA_RING": "1"})
+    assert on["metrics"]["gemm-bytes"] < off["metrics"]["gemm-bytes"] == stock["metrics"]["gemm-bytes"]
+    assert on["metrics"]["bytes-moved"] == off["metrics"]["bytes-moved"] == stock["metrics"]["bytes-moved"]
+    chunk, kept = stock["detail"]["chunk"], max(stock["detail"]["kv_state_size"])
+    assert chunk > kept  # the crop has rows to drop
+    layers = len(stock["detail"]["kv_state_size"])
+    for doc, rows in ((stock, chunk), (off, chunk), (on, kept), (ring, kept)):
+        # rows through fc once per chunk, through k_proj and v_proj once per layer each
+        assert doc["detail"]["per_chunk"] == [{"fc_rows": rows, "kv_rows": 2 * layers * rows}] * doc["steps"]
+        assert doc["detail"]["after"] == stock["detail"]["after"]
+    # the projections' activation rows are what shrinks: stock - on = the dropped rows' fp16 operand bytes
+    # (fc reads 2 taps x hidden per row, each k/v projection hidden per row; weights are read the same)
+    hidden = 64
+    dropped = (chunk - kept) * 2 * (2 * hidden + 2 * layers * hidden)
+    assert stock["metrics"]["gemm-bytes"] - on["metrics"]["gemm-bytes"] == dropped
+    assert any("EXL3_OVL_DFLASH_PREFILL_CROP=1" in n for n in on["notes"])
+    # a paged drafter layer's prefill write is the extension's kernel: refused, not counted as a ring
+    with pytest.raises(ExternalCommandError, match="prefill-chunk needs drafter_layers 'ring'"):
+        census(arms.patched, "prefill-chunk", crop, drafter_layers="paged")

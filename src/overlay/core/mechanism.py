@@ -82,6 +82,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
     },
     "exllamav3": {
         **_TORCH_SCENARIOS,
+        "prefill-chunk": "one chunk of prompt prefill as the drafter sees it: the DFlash drafter's K/V update from the "
+        "target's tapped hidden states (dflash_update_kv_from_target: fc, norm, k/v projections, window writes)",
         "drafter-load": "model_init building and allocating the drafter's caches (paged layers, window rings) for the "
         "cache size asked: the device memory they take",
     },

@@ -18,8 +18,9 @@ from overlay.errors import UsageError
 from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
-# workers/exllamav3_census.py; drafter-load: workers/exllamav3_census_load.py
-CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "drafter-load")
+# workers/exllamav3_census.py; prefill-chunk: workers/exllamav3_census_prefill.py; drafter-load:
+# workers/exllamav3_census_load.py
+CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "prefill-chunk", "drafter-load")
 
 
 class ExLlamaV3Adapter:
@@ -69,8 +70,10 @@ class ExLlamaV3Adapter:
     ) -> tuple[Any, ...]:
         """Two block drafters (workers/exllamav3_census.py "drafter_layers"): every layer a window ring (what
         --draft_window makes of a DFlash drafter; its state side is the wheel's SlidingAttention code) and paged
-        layers; decode-step does not involve the drafter and runs once. In drafter-load (model_init's caches) the same two
-        are the drafter checkpoint's layer types: "sliding_attention" (window rings) and "full_attention" (paged)."""
+        layers; decode-step does not involve the drafter and runs once, prefill-chunk (the drafter's prefill K/V
+        update, whose paged write is an extension kernel) with the ring drafter only. In drafter-load (model_init's
+        caches) the same two are the drafter checkpoint's layer types: "sliding_attention" (window rings) and
+        "full_attention" (paged)."""
         from overlay.check.census import Variant
 
         spec = ("spec-verify-step", "draft-round", "drafter-load")

@@ -1,7 +1,9 @@
 """ExLlamaV3 mechanism census on CPU (runs inside an exllamav3 arm with the labelled stand-in extension).
 
 Request on stdin: a CensusRequest (overlay/schemas/documents.py): {"task": "census", "model": str (unused: no EXL3
-checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round"|"drafter-load" (exllamav3_census_load.py), "steps": int, "drafter_layers":
+checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round"|"prefill-chunk" (the drafter's
+prefill K/V update: workers/exllamav3_census_prefill.py, which describes it)|"drafter-load" (model_init's caches:
+workers/exllamav3_census_load.py), "steps": int, "drafter_layers":
 "ring"|"paged" ("ring"), "ring_bits": [k_bits, v_bits] (optional, ring drafters: the rings quantized as
 --draft_cache_quant makes them with EXL3_OVL_SWA_RING=1, Cache(swa_ring_bits=...), patch 0008; its row writes run
 the quant kernel's CPU reference), "bsz": int (optional, default 2), "options": {"--embed_on_device": null} (the only
@@ -102,6 +104,10 @@ def census(request: CensusRequest) -> dict[str, Any]:
     import spec_round
     from torch_census import Census
 
+    if request["scenario"] == "prefill-chunk":  # the drafter's prefill K/V update: its own module
+        from exllamav3_census_prefill import prefill_chunk
+
+        return prefill_chunk(request, environ=_RecordingEnviron, options=dict(request.get("options") or {}))
     if request["scenario"] == "drafter-load":  # model_init's caches (workers/exllamav3_census_load.py)
         from exllamav3_census_load import load_census
 
