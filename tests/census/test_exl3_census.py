@@ -41,6 +41,7 @@ def test_scenarios_are_declared() -> None:
         "draft-round",
         "prefill-chunk",
         "drafter-load",
+        "verify-mlp",
     )
 
 
@@ -316,3 +317,43 @@ def test_prefill_crop_shrinks_the_drafter_projections(arms: Arms) -> None:
     # a paged drafter layer's prefill write is the extension's kernel: refused, not counted as a ring
     with pytest.raises(ExternalCommandError, match="prefill-chunk needs drafter_layers 'ring'"):
         census(arms.patched, "prefill-chunk", crop, drafter_layers="paged")
+
+
+def test_fused_tier_keeps_a_16_row_verify_mlp_graphed(arms: Arms) -> None:
+    """0015 (EXL3_OVL_BSZN=16) in the wheel's GatedMLP.load_local / forward: a verify forward of 9..16 rows (bsz 2 x
+    (K + 1), 16 at K 7) takes the bound class's graphed run_bszN instead of the eager per-linear kernels (fused
+    gate/up MGEMM, activation, down GEMM: 3 eager launches); up to 8 rows every arm takes the graph, past 16 every
+    arm runs eagerly. The bound class's graph is modelled (a replay counts its 3 kernels as graph-launches)."""
+    flag = {"EXL3_OVL_BSZN": "16"}
+    for rows in (16, 12, 9):
+        stock = census(arms.stock, "verify-mlp", rows=rows)
+        off = census(arms.patched, "verify-mlp", rows=rows)
+        on = census(arms.patched, "verify-mlp", flag, rows=rows)
+        assert stock["metrics"]["eager-launches"] == off["metrics"]["eager-launches"] == 3, rows
+        assert on["metrics"]["eager-launches"] == 0 and on["metrics"]["graph-launches"] == 3, rows
+        assert off["metrics"]["graph-launches"] == stock["metrics"]["graph-launches"] == 0, rows
+        assert (stock["detail"]["route"], off["detail"]["route"], on["detail"]["route"]) == (
+            "eager",
+            "eager",
+            "fused",
+        )
+        assert on["detail"]["statics"][0] == [2, 16, 128] and off["detail"]["statics"][0] == [2, 8, 128]
+        assert on["detail"]["compiled_max_bszn"] == 16 and off["detail"]["compiled_max_bszn"] == 8
+        assert any("EXL3_OVL_BSZN=16" in n for n in on["notes"])
+        assert any(site.startswith("exllamav3_ext.exl3_mgemm") for site, _ in off["sites"]["eager-launches"])
+    for rows in (8, 1):  # the <= 8-row tier: every arm on the graph, the same launches
+        docs = [
+            census(arms.stock, "verify-mlp", rows=rows),
+            census(arms.patched, "verify-mlp", rows=rows),
+            census(arms.patched, "verify-mlp", flag, rows=rows),
+        ]
+        assert {(d["metrics"]["eager-launches"], d["metrics"]["graph-launches"]) for d in docs} == {
+            (0.0, 3.0)
+        }
+        assert {d["detail"]["route"] for d in docs} == {"fused"}
+    # past the tier every arm runs eagerly; the separate gate/up configuration graphs 4 kernels
+    assert census(arms.patched, "verify-mlp", flag, rows=17)["metrics"]["eager-launches"] == 3
+    sep = census(arms.patched, "verify-mlp", flag, rows=16, gate_up="separate")
+    assert (sep["metrics"]["eager-launches"], sep["metrics"]["graph-launches"]) == (0, 4)
+    # the flag set on a stock wheel is never read: not measured, not "unchanged"
+    assert census(arms.stock, "verify-mlp", flag)["metrics"]["eager-launches"] is None

@@ -86,6 +86,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "target's tapped hidden states (dflash_update_kv_from_target: fc, norm, k/v projections, window writes)",
         "drafter-load": "model_init building and allocating the drafter's caches (paged layers, window rings) for the "
         "cache size asked: the device memory they take",
+        "verify-mlp": "the target's MLP over one verify forward's rows (bsz 2 x (K 7 + 1) = 16): GatedMLP.forward's "
+        "choice between the bound class's graphed multi-token path and the eager per-linear kernels",
     },
     "mlx-lm": {
         "decode-token": "one generated token of plain (non-speculative) generation: forward, sample, eval",

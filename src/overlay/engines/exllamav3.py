@@ -19,8 +19,15 @@ from overlay.progress import Reporter
 from overlay.schemas.documents import WorkerRequest
 
 # workers/exllamav3_census.py; prefill-chunk: workers/exllamav3_census_prefill.py; drafter-load:
-# workers/exllamav3_census_load.py
-CENSUS_SCENARIOS = ("decode-step", "spec-verify-step", "draft-round", "prefill-chunk", "drafter-load")
+# workers/exllamav3_census_load.py; verify-mlp: workers/exllamav3_census_mlp.py
+CENSUS_SCENARIOS = (
+    "decode-step",
+    "spec-verify-step",
+    "draft-round",
+    "prefill-chunk",
+    "drafter-load",
+    "verify-mlp",
+)
 
 
 class ExLlamaV3Adapter:

@@ -3,7 +3,8 @@
 Request on stdin: a CensusRequest (overlay/schemas/documents.py): {"task": "census", "model": str (unused: no EXL3
 checkpoint runs on CPU), "scenario": "decode-step"|"spec-verify-step"|"draft-round"|"prefill-chunk" (the drafter's
 prefill K/V update: workers/exllamav3_census_prefill.py, which describes it)|"drafter-load" (model_init's caches:
-workers/exllamav3_census_load.py), "steps": int, "drafter_layers":
+workers/exllamav3_census_load.py)|"verify-mlp" (the target's MLP over a verify forward's rows:
+workers/exllamav3_census_mlp.py), "steps": int, "drafter_layers":
 "ring"|"paged" ("ring"), "ring_bits": [k_bits, v_bits] (optional, ring drafters: the rings quantized as
 --draft_cache_quant makes them with EXL3_OVL_SWA_RING=1, Cache(swa_ring_bits=...), patch 0008; its row writes run
 the quant kernel's CPU reference), "bsz": int (optional, default 2), "options": {"--embed_on_device": null} (the only
@@ -112,6 +113,10 @@ def census(request: CensusRequest) -> dict[str, Any]:
         from exllamav3_census_load import load_census
 
         return load_census(request, Census, _devsim.CensusDev, _RecordingEnviron, (_devsim.__file__,))
+    if request["scenario"] == "verify-mlp":  # the target's MLP over verify rows (exllamav3_census_mlp.py)
+        from exllamav3_census_mlp import verify_mlp
+
+        return verify_mlp(request, environ=_RecordingEnviron, options=dict(request.get("options") or {}))
     options = dict(request.get("options") or {})
     embed_on_device = "--embed_on_device" in options
     options.pop("--embed_on_device", None)
