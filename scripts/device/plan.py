@@ -387,7 +387,7 @@ PROBES: tuple[Probe, ...] = (
         "exllamav3",
         "fused-tier",
         "mlp-moe-fused-multi-token-tier-up-to-16-rows",
-        "spec-verify-step",
+        "verify-mlp",
         ("eager-launches",),
         0,
         "a 9..16-row verify forward through the MoE/MLP fused tier",
