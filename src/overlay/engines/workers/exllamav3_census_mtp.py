@@ -14,7 +14,7 @@ What is stood in (the same in every arm), each labelled in the response's "stand
 - the head around the attention (embedding, enorm/hnorm, eh_proj before it; the MoE block, shared head and sampling
   after it): one kernel each (``torch_census.Census.kernel``: one launch, its torch work not counted);
 - the layer's projections (q_a_proj, q_b_proj, kv_a_proj_with_mqa, o_proj, idx_wq_b, idx_wk, idx_weights): one fp16
-  ``F.linear`` each (visible torch ops; an EXL3 GEMM reads quantized weights where these read fp16);
+  matmul each (visible torch ops: F.linear on a 3-D input reaches no aten op the census sees; an EXL3 GEMM reads quantized weights where these read fp16);
 - the norms (q_a_layernorm, kv_a_layernorm, idx_k_norm), RoPE (``rope.apply``; ``exllamav3_ext.rope`` for the indexer),
   ``exllamav3_ext.dsa_topk`` and the Triton kernels (``mla_absorb``, ``mla_unfold``, ``mla_kv_append``,
   ``mla_plane_append``, ``dsa_indexer_scores``, ``dsa_attn``): one kernel launch per call, a torch reference inside
@@ -47,7 +47,7 @@ IDX_HEADS, IDX_DIM, INDEX_TOPK, VOCAB, LAYER_IDX = 4, 32, 256, 128, 3
 PAGES_PER_ROW = 8  # 2048 tokens of cache per batch row
 STANDIN = (
     "the MTP head around its attention (embedding/eh_proj, MoE block, shared head, sampling: one kernel each), the "
-    "MLA layer's projections (fp16 F.linear where EXL3 GEMMs read quantized weights), norms, RoPE, "
+    "MLA layer's projections (one fp16 matmul each, where EXL3 GEMMs read quantized weights), norms, RoPE, "
     "exllamav3_ext.dsa_topk and the Triton kernels (mla_absorb/unfold, kv and indexer-plane appends, "
     "dsa_indexer_scores, dsa_attn: one launch per call, torch references inside); the generator object and jobs; "
     "the MTP round, MLAttention.decode_flash_attn/_attend, the indexer's selection loop, mtp_extend_selection and "
@@ -103,7 +103,7 @@ def mtp_round(
         return on_dev((torch.randn((n_out, n_in), generator=g) * n_in**-0.5).half())
 
     class Proj:
-        """A projection as one fp16 F.linear (the census counts it and its operand bytes)."""
+        """A projection as one fp16 matmul (the census counts it and its operand bytes)."""
 
         def __init__(self, n_in: int, n_out: int) -> None:
             self.w = weight(n_out, n_in)
