@@ -96,7 +96,11 @@ def test_variants_are_a_ring_and_a_paged_drafter() -> None:
         explicit=False,
         reporter=NullReporter(),
     )
-    assert [dict(v.extra)["drafter_layers"] for v in variants] == ["ring", "paged"]
+    assert [dict(v.extra).get("drafter_layers", dict(v.extra).get("drafter")) for v in variants] == [
+        "ring",
+        "paged",
+        "mtp",
+    ]
 
 
 def test_embed_on_device_gives_one_sync_per_round(arms: Arms) -> None:
@@ -357,3 +361,39 @@ def test_fused_tier_keeps_a_16_row_verify_mlp_graphed(arms: Arms) -> None:
     assert (sep["metrics"]["eager-launches"], sep["metrics"]["graph-launches"]) == (0, 4)
     # the flag set on a stock wheel is never read: not measured, not "unchanged"
     assert census(arms.stock, "verify-mlp", flag)["metrics"]["eager-launches"] is None
+
+
+def test_mtp_index_share_drops_the_indexer_at_depths_after_the_first(arms: Arms) -> None:
+    """0019 (EXL3_OVL_MTP_INDEX_SHARE=1): in the MTP round, depths >= 1 take mtp_extend_selection instead of the
+    layer's indexer (q projection, RoPE, head weights, scoring and top-k per row), on the dispatch path; depth 0 is
+    unchanged. Fails without the patch: off == on."""
+    for bsz in (1, 2):
+        stock = census(arms.stock, "draft-round", drafter="mtp", bsz=bsz)
+        off = census(arms.patched, "draft-round", drafter="mtp", bsz=bsz)
+        on = census(arms.patched, "draft-round", {"EXL3_OVL_MTP_INDEX_SHARE": "1"}, drafter="mtp", bsz=bsz)
+        assert stock["metrics"]["eager-launches"] == off["metrics"]["eager-launches"]
+        depth_off, depth_on = (d["detail"]["per_depth_eager_launches"] for d in (off, on))
+        assert depth_on["0"] == depth_off["0"]  # depth 0 still runs the indexer and records its selection
+        # per depth >= 1: the indexer's 3 + 2 * bsz launches become mtp_extend_selection's 2 + 2 * bsz
+        assert all(depth_on[d] == depth_off[d] - 1 for d in ("1", "2", "3"))
+        assert on["metrics"]["eager-launches"] == off["metrics"]["eager-launches"] - 3
+        assert on["metrics"]["gemm-bytes"] < 0.6 * off["metrics"]["gemm-bytes"]  # the scoring's key reads
+        kinds = on["detail"]["kinds"]
+        assert (
+            kinds["eager-launches:kernel:dsa_triton.dsa_indexer_scores"] == 3 * bsz
+        )  # depth 0 only, 3 rounds
+        assert any(s.startswith("exllamav3/modules/mla_attn.py:") for s, _ in on["sites"]["eager-launches"])
+        for d in (off, on):
+            assert d["metrics"]["host-syncs"] == stock["metrics"]["host-syncs"]
+            assert d["metrics"]["h2d-copies"] == stock["metrics"]["h2d-copies"]
+
+
+def test_mtp_index_share_takes_depths_off_the_bc_graph(arms: Arms) -> None:
+    """With the BC decode graph (the default for a supported EXL3 layer), stock replays it at every depth; 0019 runs
+    depths >= 1 on the eager dispatch path, so eager launches grow: what the device check must time."""
+    off = census(arms.patched, "draft-round", drafter="mtp", bsz=1, bc_mla=True)
+    on = census(
+        arms.patched, "draft-round", {"EXL3_OVL_MTP_INDEX_SHARE": "1"}, drafter="mtp", bsz=1, bc_mla=True
+    )
+    assert off["metrics"]["graph-launches"] == 4 and on["metrics"]["graph-launches"] == 1
+    assert on["metrics"]["eager-launches"] > off["metrics"]["eager-launches"]

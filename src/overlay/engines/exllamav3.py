@@ -87,6 +87,8 @@ class ExLlamaV3Adapter:
         return (
             Variant(name="ring drafter", model="", extra=(("drafter_layers", "ring"),)),
             Variant(name="paged drafter", model="", extra=(("drafter_layers", "paged"),), scenarios=spec),
+            # an MTP drafter's round (GLM-5.2's DSA MLA head attention; workers/exllamav3_census_mtp.py)
+            Variant(name="mtp drafter", model="", extra=(("drafter", "mtp"),), scenarios=("draft-round",)),
         )
 
     def fallback(self, *, root: Path, reporter: Reporter) -> dict[str, Any]:

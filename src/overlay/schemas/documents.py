@@ -424,6 +424,12 @@ class CensusRequest(TypedDict):
     # exllamav3: the ring drafter's rings quantized (k_bits, v_bits), and the batch size (default 2)
     ring_bits: NotRequired[list[int]]
     bsz: NotRequired[int]
+    # exllamav3: draft-round with an MTP drafter (workers/exllamav3_census_mtp.py): depths per round, the jobs' K/V
+    # positions, the BC decode graph stood in (default off: the dispatch path)
+    drafter: NotRequired[Literal["mtp"]]
+    depths: NotRequired[int]
+    context: NotRequired[int]
+    bc_mla: NotRequired[bool]
     sampler: NotRequired[dict[str, Any]]
     # the mlx-lm census's own knobs (its defaults when absent): prompt text, prefill chunk, draft length, prompt length
     prompt_text: NotRequired[str]

@@ -109,6 +109,16 @@ def census(request: CensusRequest) -> dict[str, Any]:
         from exllamav3_census_prefill import prefill_chunk
 
         return prefill_chunk(request, environ=_RecordingEnviron, options=dict(request.get("options") or {}))
+    if request.get("drafter") == "mtp":  # an MTP drafter's round (workers/exllamav3_census_mtp.py)
+        from exllamav3_census_mtp import mtp_round
+
+        return mtp_round(
+            request,
+            census_cls=Census,
+            dev_cls=_devsim.CensusDev,
+            environ=_RecordingEnviron,
+            skip=(_devsim.__file__,),
+        )
     if request["scenario"] == "drafter-load":  # model_init's caches (workers/exllamav3_census_load.py)
         from exllamav3_census_load import load_census
 
