@@ -420,9 +420,9 @@ PROBES: tuple[Probe, ...] = (
         "mtp-share",
         "mla_attn-share-the-MTP-head-s-DSA-selection-across-d",
         "draft-round",
-        ("eager-launches",),
+        ("gemm-bytes", "eager-launches"),
         0,
-        "MTP depths >= 1 of a DSA model",
+        "MTP depths >= 1 of a DSA model: the indexer's reads, and the launches with the BC graph on and off",
         pending="needs a GLM-5-style MTP checkpoint (none can be made here)",
     ),
 )
