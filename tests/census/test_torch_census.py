@@ -141,6 +141,40 @@ def test_gemm_bytes_count_the_operands_of_matrix_multiplies(cases: dict[str, Any
     assert _metrics(cases, "topk")["gemm-bytes"] == 0.0
 
 
+def test_reshape_of_a_copy_is_one_launch(cases: dict[str, Any]) -> None:
+    # reshape of a non-contiguous tensor dispatches clone, then _unsafe_view (not tagged a view, yet an alias)
+    m = _metrics(cases, "reshape_copy")
+    assert cases["reshape_copy"]["report"]["kinds"] == {"eager-launches:aten.clone": 1}
+    assert (m["eager-launches"], m["alloc-bytes"]) == (1.0, 24.0)
+
+
+def test_is_cuda_slice_assignment_is_a_device_copy(cases: dict[str, Any]) -> None:
+    """placement="is_cuda": ``out[0::2] = y`` with out and y device tensors writes through a view ATen makes in C++
+    (a plain Tensor, not the is_cuda subclass): one copy kernel on the device, no host read, nothing moved."""
+    for name, writes in (("is_cuda_setitem_slice", 1), ("is_cuda_setitem_made", 5)):
+        m = _metrics(cases, name)
+        assert (m["host-syncs"], m["bytes-moved"], m["h2d-copies"]) == (0.0, 0.0, 0.0), name
+        assert cases[name]["report"]["kinds"]["eager-launches:aten.copy_"] == writes, name
+        assert [cases[name]["line"], writes] in _sites(cases, name, "eager-launches"), name
+    # into host memory it is still a read of device data
+    m = _metrics(cases, "is_cuda_host_write")
+    assert (m["host-syncs"], m["bytes-moved"], m["eager-launches"]) == (1.0, 12.0, 0.0)
+
+
+def test_is_cuda_ops_on_cpp_made_operands_are_launches(cases: dict[str, Any]) -> None:
+    # einsum's bmm reads two operands it reshaped in C++: a device GEMM (two fp32 [1, 2, 3] / [1, 3, 2]: 2 x 24 B)
+    m = _metrics(cases, "is_cuda_einsum")
+    assert (m["eager-launches"], m["gemm-bytes"], m["host-syncs"]) == (1.0, 48.0, 0.0)
+    assert _sites(cases, "is_cuda_einsum", "gemm-bytes") == [[cases["is_cuda_einsum"]["line"], 48]]
+
+
+def test_is_cuda_cpu_read_gives_host_memory(cases: dict[str, Any]) -> None:
+    # x.cpu() is the one read (24 B); reading and adding on its result is host work
+    m = _metrics(cases, "is_cuda_cpu_read")
+    assert (m["host-syncs"], m["bytes-moved"], m["eager-launches"]) == (1.0, 24.0, 0.0)
+    assert _sites(cases, "is_cuda_cpu_read", "host-syncs") == [[cases["is_cuda_cpu_read"]["line"], 1]]
+
+
 def test_collective_is_counted(cases: dict[str, Any]) -> None:
     assert _metrics(cases, "collective")["collectives"] == 1.0
     assert _sites(cases, "collective", "collectives") == [[cases["collective"]["line"], 1]]
@@ -235,3 +269,5 @@ def test_blind_spots_behave_as_documented(cases: dict[str, Any]) -> None:
     assert (
         _metrics(cases, "blind_cpu_factory")["host-syncs"] == 1.0
     )  # over-counts: make host buffers in c.host()
+    # under-counts an upload: spell it torch.tensor(data, device=)
+    assert _metrics(cases, "blind_new_tensor")["h2d-copies"] == 0.0

@@ -182,6 +182,10 @@ def c_scaled_mm(c: Census, x: torch.Tensor) -> Any:
     torch._scaled_mm(a, b.t(), scale_a=s, scale_b=s, out_dtype=torch.bfloat16)  # here
 
 
+def c_reshape_copy(c: Census, x: torch.Tensor) -> Any:
+    x.view(2, 3).t().reshape(6)  # here: one copy kernel (clone), then _unsafe_view (an alias, no kernel)
+
+
 def c_topk(c: Census, x: torch.Tensor) -> Any:
     x.topk(2)  # here
 
@@ -307,6 +311,39 @@ def c_kernel(c: Census, x: torch.Tensor) -> Any:
         x + 1
 
 
+# placement="is_cuda" (the ExLlamaV3 census): x is a _devsim.CensusDev, device memory is what answers is_cuda. Tensors
+# made in C++ inside one Python call (the view __setitem__ writes through, einsum's operands of its bmm) are plain
+# Tensors there; the census keeps their placement from the op that made them.
+
+
+def c_is_cuda_setitem_slice(c: Census, x: torch.Tensor) -> Any:
+    out = torch.empty_like(x)
+    y = x[1::2] * 2
+    out[0::2] = y  # here: a device-to-device copy kernel into a view of device memory
+
+
+def c_is_cuda_setitem_made(c: Census, x: torch.Tensor) -> Any:
+    y = x[1::2] * 2
+    for out in (torch.zeros_like(x), x.new_empty(6), x.new_zeros(6), x.clone(), torch.cat([x[:3], x[3:]])):
+        out[0::2] = y  # here: each destination answers is_cuda, so each write is one copy kernel
+
+
+def c_is_cuda_einsum(c: Census, x: torch.Tensor) -> Any:
+    torch.einsum("bij,bjk->bik", x.view(1, 2, 3), x.view(1, 3, 2))  # here: one bmm of two C++-made operands
+
+
+def c_is_cuda_host_write(c: Census, x: torch.Tensor) -> Any:
+    with c.host():
+        h = torch.zeros(6)
+    h[0::2] = x[1::2]  # here: a slice write from device data into host memory is still a host read
+
+
+def c_is_cuda_cpu_read(c: Census, x: torch.Tensor) -> Any:
+    h = x.cpu()  # here: one host read (the subclass's .cpu() returns x itself); h is host memory
+    h[0].item()
+    h + 1
+
+
 # Blind spots (the module docstring lists them): each case shows the documented behaviour.
 
 
@@ -342,6 +379,10 @@ def c_blind_cpu_factory(c: Census, x: torch.Tensor) -> Any:
     h[0].item()
 
 
+def c_blind_new_tensor(c: Census, x: torch.Tensor) -> Any:
+    x.new_tensor([1.0, 2.0])  # here: Python data onto x's device (an H2D copy on CUDA) is not seen
+
+
 CASES = {name[2:]: fn for name, fn in globals().items() if name.startswith("c_")}
 # the Census options a case runs with (default: none)
 OPTIONS: dict[str, dict[str, Any]] = {
@@ -349,6 +390,15 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "cpu_is_device_read": {"cpu_is_device": True},
     "multinomial_expanded": {"expand": ("multinomial",)},
 }
+IS_CUDA = {name for name in CASES if name.startswith("is_cuda_")}
+
+
+def _device_class() -> type:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engines" / "exllamav3" / "probes"))
+    import _devsim
+
+    cls: type = _devsim.CensusDev
+    return cls
 
 
 def run(name: str) -> dict[str, Any]:
@@ -356,8 +406,13 @@ def run(name: str) -> dict[str, Any]:
     lines, start = inspect.getsourcelines(fn)
     here = next(start + i for i, text in enumerate(lines) if "# here" in text)
     x = torch.arange(6.0)
+    options = dict(OPTIONS.get(name, {}))
+    if name in IS_CUDA:
+        cls = _device_class()
+        options.update(placement="is_cuda", device_class=cls, skip=(sys.modules[cls.__module__].__file__,))
+        x = x.as_subclass(options["device_class"])
     error, value = None, None
-    with Census(**OPTIONS.get(name, {})) as c, c.step():
+    with Census(**options) as c, c.step():
         try:
             value = fn(c, x)
         except CaptureViolation as err:

@@ -33,8 +33,12 @@ call is run under torch's profiler and its direct sub-ops are counted as the lau
 bytes) a GPU runs for it, at the caller's line (kind ``aten.SUB``, plus ``expanded:aten.OP`` per call); allocation-only sub-ops are not
 launches and the ``.item()`` a CPU ``_assert_async`` does inside is not a host read (on CUDA it is a device-side assert).
 
-``placement="is_cuda"`` replaces the tracking: device memory is exactly what answers ``is_cuda`` (a stand-in subclass),
-and ``device_class`` is the subclass an H2D copy's result is given.
+``placement="is_cuda"`` replaces the tracking: device memory is what answers ``is_cuda`` (a stand-in subclass), and
+``device_class`` is the subclass an H2D copy's result is given. A tensor ATen makes in C++ within one Python call is a
+plain Tensor there (the view ``out[..., 0::2] = y`` writes through, einsum's or ``matmul``'s reshaped bmm operands): it
+is device memory if the op that made it had a device input, so such a write is one device copy kernel and such a bmm
+one device GEMM. A host read's result (``.cpu()``, whose subclass method returns the tensor itself) is a plain host
+tensor.
 
 Metrics (per step):
 - host-syncs: device->host reads of device data (aten ``_local_scalar_dense``: ``.item()``, ``bool()``/``int()``/
@@ -47,11 +51,13 @@ Metrics (per step):
 - h2d-copies / pageable-copies: copies from a host tensor into device memory (``copy_``, ``.to``, ``.cuda()``,
   ``torch.tensor(..., device=)``); pageable unless the source is pinned.
 - eager-launches / graph-launches: aten ops with a device input or a device output, outside / inside capture regions,
-  excluding views (``OpOverload.is_view``), the metadata and allocation-only ops in ``NON_LAUNCH`` and the ops that
-  carry a transfer counted above. On a CPU-only torch, ``torch.cuda.CUDAGraph`` and ``torch.cuda.graph(g)`` are
-  emulated: the capture region records its device ops on the graph (a ``Tape``), and ``g.replay()`` runs them again
-  on the same tensors (an upload re-reads its host buffer, as a captured copy does; host work and values baked at
-  capture are not redone) and counts the capture's launches as graph-launches at the replay's line.
+  excluding views (``OpOverload.is_view``), the metadata and allocation-only ops in ``NON_LAUNCH`` (with
+  ``_unsafe_view``: an alias ATen does not tag as a view, made by ``matmul`` and by ``reshape`` after its copy; it is no
+  allocation either) and the ops that carry a transfer counted above. On a CPU-only torch, ``torch.cuda.CUDAGraph``
+  and ``torch.cuda.graph(g)`` are emulated: the capture region records its device ops on the graph (a ``Tape``), and
+  ``g.replay()`` runs them again on the same tensors (an upload re-reads its host buffer, as a captured copy does; host
+  work and values baked at capture are not redone) and counts the capture's launches as graph-launches at the
+  replay's line.
 - collectives: calls of the ``torch.distributed`` functions in ``COLLECTIVES``, ``_c10d_functional`` ops, and engine
   entry points wrapped with ``c.wrap(obj, "name", "collectives")``.
 - bytes-moved: bytes copied host->device plus device->host (copies and host reads).
@@ -95,6 +101,12 @@ Known blind spots (each is tested in tests/census/test_torch_census.py where a t
 - A replay re-runs only the aten ops the capture dispatched: work a capture region did outside aten (a numpy stand-in
   for an extension kernel) is not replayed, so such a replay's outputs are stale (a worker that cannot rule this out
   does not trust its launch counts).
+- ``x.new_tensor(data)`` (Python data onto x's device: an H2D copy on CUDA) is not counted as a copy, in any
+  placement (``torch.tensor(data, device=)`` is).
+- With ``placement="is_cuda"``, a factory without ``device=`` (``torch.zeros(3)``: host memory, plain) still counts its
+  launch and its bytes in alloc-bytes / peak-memory (the factory rule above), though later ops on it are host work; and
+  a ``*_like`` / ``new_*`` of a device tensor given ``device="cpu"`` answers is_cuda (the stand-in subclass wraps every
+  result), so a host buffer made that way reads as device memory.
 - A CPU torch has no streams: ``non_blocking=True`` copies are counted as asynchronous (not syncs) as on CUDA, but no
   ordering between streams is modelled.
 """
@@ -171,9 +183,11 @@ class Census:
     def is_device(self, t: torch.Tensor) -> bool:
         if getattr(t, "is_cuda", False):
             return True
-        if self.placement == "is_cuda":
-            return False
         place = self._place.get(t)
+        if self.placement == "is_cuda":
+            # a tensor made in C++ within one Python call (the view a slice assignment writes through, einsum's bmm
+            # operands) is a plain Tensor: it has the placement the dispatch mode gave it, else it is host memory
+            return bool(place == "device")
         if place is not None:
             return bool(place == "device")
         return self.untracked == "device"

@@ -25,6 +25,7 @@ NON_LAUNCH = {
     "empty_like",
     "new_empty",
     "new_empty_strided",
+    "_unsafe_view",  # a view without alias annotations (matmul, reshape of a copy): no kernel, no memory
     "_local_scalar_dense",
     "set_",
     "resize_",
@@ -239,6 +240,9 @@ class FunctionMode(TorchFunctionMode):  # type: ignore[misc]  # torch is untyped
                 c._tls.transfer_depth -= 1
             if target:
                 c._alloc(out)
+            elif c.placement == "is_cuda" and getattr(out, "is_cuda", False):
+                # the read's result is host memory (the subclass's own .cpu() returns the tensor itself)
+                out = out.as_subclass(torch.Tensor)
             return c.mark_device(out) if target else c.mark_host(out)
         return func(*args, **kwargs)
 
@@ -332,11 +336,11 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
             return out
         outs = list(tensors_in(out))
         if not func.is_view and name not in ("copy_",):
+            # on the output object itself (mark_device's is_cuda subclass would be a new object C++ never sees); under
+            # placement="is_cuda" a factory's output is device memory only if it answers is_cuda (device= factories)
+            device_made = device_out and (any_device or c.placement != "is_cuda")
             for t in outs:
-                if device_out:
-                    c.mark_device(t)
-                else:
-                    c.mark_host(t)
+                c._place[t] = "device" if device_made else "host"
         elif func.is_view and inputs:
             base = "device" if c.is_device(inputs[0]) else ("pinned" if c.is_pinned(inputs[0]) else "host")
             if name == "lift_fresh" and inputs[0] not in c._place:
@@ -362,6 +366,7 @@ class DispatchMode(TorchDispatchMode):  # type: ignore[misc]
             device_out
             and not c._tls.transfer_depth
             and not func.is_view
+            and name != "_unsafe_view"
             and getattr(torch.Tag, "inplace", None) not in tags  # torch 2.11 has no inplace tag
             and not name.endswith("_")
         ):
