@@ -52,6 +52,14 @@ def flag_notes(prefix: str, read: set[str] | list[str], where: str) -> tuple[lis
     return notes, bool(unread)
 
 
+def judged_flags(
+    prefix: str, read: set[str] | list[str], where: str, metrics: dict[str, Any]
+) -> tuple[list[str], dict[str, Any]]:
+    """``flag_notes`` and the metrics as they may be reported: every one None when a set switch was never read."""
+    notes, unread = flag_notes(prefix, read, where)
+    return notes, (dict.fromkeys(metrics) if unread else metrics)
+
+
 def census_record(
     scenario: str,
     report: dict[str, Any],

@@ -46,7 +46,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from census_sites import census_record, flag_notes
+from census_sites import census_record, judged_flags
 
 if TYPE_CHECKING:
     from overlay.schemas.documents import CensusRequest
@@ -297,15 +297,14 @@ def census(request: CensusRequest) -> dict[str, Any]:
             f"{placement.get(payload['embed'], payload['embed'])}; {report['steps']} steps after {WARMUP} warm-up"
         )
     ]
-    flagged, unread = flag_notes(
+    flagged, metrics = judged_flags(
         FLAG_PREFIX,
         _RecordingEnviron.read,
         "on this scenario's CPU path (the patch's code is in a module the census does not run: the EXL3 model "
         "forward is stood in)",
+        metrics,
     )
     notes += flagged
-    if unread:
-        metrics = dict.fromkeys(metrics)
     if scenario == "draft-round":
         notes.append(f"drafter: {payload['drafter_layers']} layers; {DRAFTER_OPS}")
     if ring_bits:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from census_sites import census_record, flag_notes
+from census_sites import census_record, judged_flags
 
 SCENARIO = "drafter-load"
 CACHE_TOKENS = 65536
@@ -162,8 +162,8 @@ def load_census(
             "when the drafter's load began"
         ),
     ]
-    flagged, unread = flag_notes("EXL3_OVL_", recording_environ.read, "while model_init built the caches")
+    flagged, metrics = judged_flags(
+        "EXL3_OVL_", recording_environ.read, "while model_init built the caches", metrics
+    )
     notes += flagged
-    if unread:
-        metrics = dict.fromkeys(metrics)
     return census_record(SCENARIO, report, metrics, notes, standin=STANDIN, detail=detail)

@@ -31,7 +31,7 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
-from census_sites import census_record, flag_notes
+from census_sites import census_record, judged_flags
 
 SCENARIO, TAG = "verify-mlp", "mlp"
 ROWS = 16  # the census's verify forward: bsz 2 x (K 7 + 1)
@@ -250,12 +250,10 @@ def verify_mlp(request: Any, *, environ: Any, options: dict[str, Any]) -> dict[s
             "outputs); the bound class's statics are allocated at load (here on the meta device), not counted"
         ),
     ]
-    flagged, unread = flag_notes(
-        FLAG_PREFIX, environ.read, "on this scenario's CPU path (GatedMLP.load_local / forward)"
+    flagged, metrics = judged_flags(
+        FLAG_PREFIX, environ.read, "on this scenario's CPU path (GatedMLP.load_local / forward)", metrics
     )
     notes += flagged
-    if unread:
-        metrics = dict.fromkeys(metrics)
     notes.append("the MoE tier (BC_BlockSparseMLP.run_bszN) is not run: not measured")
     notes += [f"{m}: not counted ({why})" for m, why in NOT_COUNTED.items()]
     detail = {

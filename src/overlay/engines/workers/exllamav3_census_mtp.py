@@ -36,7 +36,7 @@ import os
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from census_sites import census_record, flag_notes
+from census_sites import census_record, judged_flags
 
 SCENARIO, TAG = "draft-round", "draft"
 WARMUP = 1  # the first round allocates the staging buffers and the scoring backings
@@ -378,10 +378,10 @@ def mtp_round(
         "eager launches of the head's forward per depth: "
         + ", ".join(f"d{d} {v:g}" for d, v in depth_means.items()),
     ]
-    flagged, unread = flag_notes(FLAG_PREFIX, environ.read, "on this scenario's CPU path (the MTP round)")
+    flagged, metrics = judged_flags(
+        FLAG_PREFIX, environ.read, "on this scenario's CPU path (the MTP round)", metrics
+    )
     notes += flagged
-    if unread:
-        metrics = dict.fromkeys(metrics)
     notes += [f"{m_}: not counted ({why})" for m_, why in NOT_COUNTED.items()]
     detail = {
         "per_depth_eager_launches": depth_means,

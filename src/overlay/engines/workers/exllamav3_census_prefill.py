@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from census_sites import census_record, flag_notes
+from census_sites import census_record, judged_flags
 
 SCENARIO, TAG = "prefill-chunk", "prefill"
 CHUNK = 2048  # the generator's default chunk_size
@@ -123,12 +123,10 @@ def prefill_chunk(request: Any, *, environ: Any, options: dict[str, Any]) -> dic
             "quantized ones, float temporaries of the stood-in norm and RoPE where the extension runs one kernel each"
         ),
     ]
-    flagged, unread = flag_notes(
-        FLAG_PREFIX, environ.read, "on this scenario's CPU path (the drafter's prefill K/V update)"
+    flagged, metrics = judged_flags(
+        FLAG_PREFIX, environ.read, "on this scenario's CPU path (the drafter's prefill K/V update)", metrics
     )
     notes += flagged
-    if unread:
-        metrics = dict.fromkeys(metrics)
     notes += [f"{m}: not counted ({why})" for m, why in NOT_COUNTED.items()]
     detail = {
         "per_chunk": counted,
