@@ -39,10 +39,13 @@ def census(
     *,
     algorithm: Literal["STANDALONE", "NEXTN"] | None = None,
     num_draft: int | None = None,
+    attention_backend: Literal["intel_amx", "triton"] | None = None,
 ) -> dict[str, Any]:
     req: CensusRequest = {"task": "census", "model": str(model), "scenario": scenario, "steps": 3}
     if algorithm is not None:
         req["algorithm"] = algorithm
+    if attention_backend is not None:
+        req["attention_backend"] = attention_backend
     if num_draft is not None:
         req["num_draft"] = num_draft
     return get_adapter("sglang").run(arm.with_env(env), req)
@@ -195,3 +198,26 @@ def test_draft_extend_draft_span_three_draft_steps(stock: Arm, model: Path) -> N
     }
     assert doc["metrics"]["capturable"] is False
     assert doc["metrics"]["host-syncs"] == 6.0 and doc["metrics"]["pageable-copies"] == 5.0
+
+
+def test_draft_extend_draft_span_triton_keeps_host_lengths(stock: Arm, model: Path) -> None:
+    """The same region with the triton attention backend (needs_cpu_seq_lens False; its kernels run in Triton's CPU
+    interpreter): intel_amx's .item() at :146 is gone (the triton backend's metadata init has no violation), but the
+    draft-extend still builds its lengths from the host lists (:1236/:1239) and its positions with the torch loop
+    (:2402). The synchronous scheduler, which 0.5.23 forces for speculative decoding on CPU, always keeps
+    batch.seq_lens_cpu, so prepare_for_draft_extend's device-only branch (seq_lens_cpu None) is never taken; only the
+    overlap scheduler's resolve drops the mirror. 3 host syncs and 3 pageable copies per step: not capturable."""
+    doc = census(stock, model, "draft-extend-draft", attention_backend="triton")
+    assert "triton attention" in doc["notes"][0]
+    assert doc["steps"] == 3, doc["notes"]
+    for entered in doc["detail"]["zones_entered"]:
+        assert entered["outside:TritonAttnBackend.init_forward_metadata"] == 1, entered
+        assert not any("IntelAMX" in zone for zone in entered), entered
+        assert entered["graph:draft-model-forward"] == 1 and entered["outside:prepare_for_draft_extend"] == 1
+    host_side = {zone: v for zone, v in SPAN_OUTSIDE.items() if "IntelAMX" not in zone}
+    assert doc["detail"]["violations"] == {"graph": {}, "outside": host_side}
+    assert doc["metrics"]["capturable"] is False
+    assert doc["metrics"]["host-syncs"] == 3.0 and doc["metrics"]["pageable-copies"] == 3.0
+    assert doc["detail"]["standin_violations"] == []
+    # the attention ran in Triton, not in the stand-in's extend_attention_cpu (intel_amx's op)
+    assert not any("extend_attention_cpu" in k for k in doc["detail"]["standin_kernels"])

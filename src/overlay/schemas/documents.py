@@ -420,6 +420,9 @@ class CensusRequest(TypedDict):
     draft: NotRequired[str]
     # sglang: the spec scenarios' algorithm (default STANDALONE; NEXTN: ``model`` is a checkpoint with NextN layers)
     algorithm: NotRequired[Literal["STANDALONE", "NEXTN"]]
+    # sglang: the spec scenarios' attention backend (default intel_amx; triton: needs_cpu_seq_lens False, its kernels
+    # run in Triton's CPU interpreter; torch_native is refused for EAGLE-family algorithms)
+    attention_backend: NotRequired[Literal["intel_amx", "triton"]]
     drafter_layers: NotRequired[Literal["ring", "paged"]]
     # exllamav3: the ring drafter's rings quantized (k_bits, v_bits), and the batch size (default 2)
     ring_bits: NotRequired[list[int]]

@@ -276,6 +276,13 @@ CENSUS_SPEC = ("decode-step-spec", "spec-verify-step", "draft-round", "draft-ext
 CENSUS_SAMPLED: dict[str, dict[str, float]] = {
     "decode-step-sampled": {"temperature": 0.7, "top_k": 20, "top_p": 0.8}
 }
+# the spec scenarios' attention backends (request field attention_backend; default intel_amx): triton declares
+# needs_cpu_seq_lens False and runs its kernels in Triton's CPU interpreter (TRITON_INTERPRET=1); torch_native is
+# refused for EAGLE-family algorithms (speculative/draft_utils.py:64). docs/engines/sglang.md, "Combined draft-extend"
+CENSUS_BACKENDS = {
+    "intel_amx": "intel_amx attention",
+    "triton": "triton attention (Triton's CPU interpreter)",
+}
 CENSUS_WARMUP = 1  # the first step of a kind allocates buffers; it is left out of the means
 CENSUS_NOT_COUNTED = {
     "collectives": "one CPU rank: no process group, no collectives run",
@@ -319,6 +326,13 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     k = int(req.get("num_draft", 1))  # draft steps per cycle (topk 1: a chain of k tokens)
     if k < 1 or (scenario not in CENSUS_SPEC and "num_draft" in req):
         raise SystemExit(f"sglang census: num_draft {k} needs a spec scenario and k >= 1 (got {scenario!r})")
+    backend = req.get("attention_backend")
+    if backend is not None and (scenario not in CENSUS_SPEC or backend not in CENSUS_BACKENDS):
+        raise SystemExit(
+            f"sglang census: attention_backend {backend!r} needs a spec scenario and one of "
+            f"{sorted(CENSUS_BACKENDS)} (got scenario {scenario!r})"
+        )
+    engine_args = {**(MLA_ARGS if nextn else {}), **({"attention_backend": backend} if backend else {})}
     spec = None
     if scenario in CENSUS_SPEC:
         spec = {
@@ -346,9 +360,11 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
             OVERLAY_CENSUS_WARMUP=str(CENSUS_WARMUP),
             OVERLAY_CENSUS_LIMIT=str(steps),
         )
+        if backend == "triton":  # the scheduler imports Triton after this: its kernels run interpreted on CPU
+            os.environ["TRITON_INTERPRET"] = "1"
 
         def generate() -> None:
-            engine = _engine(req["model"], spec, MLA_ARGS if nextn else None)
+            engine = _engine(req["model"], spec, engine_args)
             try:
                 prompt = [1 + (i * 37) % 500 for i in range(24 if scenario != "prefill-chunk" else 200)]
                 new = 1 if scenario == "prefill-chunk" else (k + 1) * (steps + CENSUS_WARMUP) + 2
@@ -368,7 +384,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
     report = doc["report"]
     metrics = dict(report["metrics"])
     notes = [
-        f"NEXTN k={k}, topk 1 (the checkpoint's own NextN layer; intel_amx attention); {PLUGIN_NOTE}"
+        f"NEXTN k={k}, topk 1 (the checkpoint's own NextN layer; {CENSUS_BACKENDS[backend or 'intel_amx']}); "
+        f"{PLUGIN_NOTE}"
         if nextn
         else f"STANDALONE k={k}, topk 1 (draft = {'the target' if not req.get('draft') else req['draft']})"
         if spec
@@ -377,6 +394,8 @@ def task_census(req: CensusRequest) -> dict[str, Any]:
         else "plain decode, batch 1",
         f"{report['steps']} steps after {CENSUS_WARMUP} warm-up",
     ]
+    if backend and not nextn:
+        notes[0] += f"; {CENSUS_BACKENDS[backend]}"
     for metric, why in CENSUS_NOT_COUNTED.items():
         if metric == "capturable" and scenario == CENSUS_SPAN:
             continue
