@@ -83,7 +83,7 @@ def verify_mlp(request: Any, *, environ: Any, options: dict[str, Any]) -> dict[s
     from exllamav3.modules import mlp
     from exllamav3.modules.quant import exl3 as exl3_mod
     from exllamav3.util import cuda_flags
-    from fused_tier import _define
+    from fused_tier import _define, gated_mlp_object
     from torch_census import Census
 
     standin = ext_mod.exllamav3_ext
@@ -164,22 +164,12 @@ def verify_mlp(request: Any, *, environ: Any, options: dict[str, Any]) -> dict[s
         )
         return outer
 
-    module = SimpleNamespace(
-        config=config,
-        gates=[linear("gate", HIDDEN, INTERM)],
-        ups=[linear("up", HIDDEN, INTERM)],
-        downs=[linear("down", INTERM, HIDDEN)],
-        num_slices=1,
-        interm_div=1.0,
-        hidden_size=HIDDEN,
-        interm_dtype=torch.half,
-        activation_fn="silu",
-        act_limit=0.0,
-        multi_gu=[None],
-        tp_reduce=False,
-        out_dtype=torch.half,
-        bszn=mlp.MAX_BSZN,
-        device=torch.device("meta"),
+    module = gated_mlp_object(
+        config,
+        [linear("gate", HIDDEN, INTERM)],
+        [linear("up", HIDDEN, INTERM)],
+        [linear("down", INTERM, HIDDEN)],
+        hidden=HIDDEN,
         activation_fn_call=standin.silu_mul,  # GatedMLP.__init__'s choice for silu
     )
 

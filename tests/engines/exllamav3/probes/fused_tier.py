@@ -19,6 +19,33 @@ import torch
 from _common import run_cases
 
 
+def gated_mlp_object(
+    config: Any, gates: list[Any], ups: list[Any], downs: list[Any], *, hidden: int, activation_fn_call: Any
+) -> Any:
+    """A stand-in GatedMLP object (one slice, silu, fp16, statics on the meta device, the wheel's MAX_BSZN) on which
+    the wheel's own GatedMLP.load_local / forward run; also the ExLlamaV3 census's verify-mlp module."""
+    from exllamav3.modules import mlp
+
+    return SimpleNamespace(
+        config=config,
+        gates=gates,
+        ups=ups,
+        downs=downs,
+        num_slices=1,
+        interm_div=1.0,
+        hidden_size=hidden,
+        interm_dtype=torch.half,
+        activation_fn="silu",
+        act_limit=0.0,
+        multi_gu=[None],
+        tp_reduce=False,
+        out_dtype=torch.half,
+        bszn=mlp.MAX_BSZN,
+        device=torch.device("meta"),
+        activation_fn_call=activation_fn_call,
+    )
+
+
 def _define(text: str, name: str, defines: list[str] | None = None) -> int | None:
     """The integer a macro of a header expands to, under the build's -D defines: a small preprocessor for the
     #ifdef / #ifndef / #else / #endif / #define NAME VALUE lines (VALUE a number or another macro)"""
@@ -77,24 +104,12 @@ def case(payload: dict[str, Any]) -> dict[str, Any]:
             self.calls.append(int(x.shape[0] * x.shape[1]))
             return torch.zeros(x.shape[:-1] + (256,), dtype=torch.half)
 
-    fake = SimpleNamespace(
-        config=SimpleNamespace(
-            infer_params=SimpleNamespace(no_reconstruct=False, use_mgemm=lambda *a: False)
-        ),
-        gates=[RecLinear("gate")],
-        ups=[RecLinear("up")],
-        downs=[RecLinear("down")],
-        num_slices=1,
-        interm_div=1.0,
-        hidden_size=128,
-        interm_dtype=torch.half,
-        activation_fn="silu",
-        act_limit=0.0,
-        multi_gu=[None],
-        tp_reduce=False,
-        out_dtype=torch.half,
-        bszn=mlp.MAX_BSZN,
-        device=torch.device("meta"),
+    fake = gated_mlp_object(
+        SimpleNamespace(infer_params=SimpleNamespace(no_reconstruct=False, use_mgemm=lambda *a: False)),
+        [RecLinear("gate")],
+        [RecLinear("up")],
+        [RecLinear("down")],
+        hidden=128,
         activation_fn_call=lambda g, u, a, limit: None,
     )
     out: dict[str, Any] = {}
