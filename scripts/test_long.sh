@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long tests the default suite leaves out (marker `long`), e.g. `overlay check sglang` on the CPU engine path
 # (~15 minutes on 2 cores), the torch census tests in tests/census/ (SGLang, ExLlamaV3, the gate self-tests
-# through ExLlamaV3: ~5 minutes), the vLLM engine runs (tests/engines/vllm), and since stop 27 the heaviest runs that
+# through ExLlamaV3: ~5 minutes; since stop 32 ExLlamaV3's alone ~5 minutes, with its drafter-load, prefill-chunk,
+# verify-mlp and MTP-drafter runs), the vLLM engine runs (tests/engines/vllm), and since stop 27 the heaviest runs that
 # kept the default suite over 25 minutes on 2 cores: the mlx-lm check on the shipped series (~7 minutes; README's
 # first command runs it), the mlx-lm MTP reference, trained-head and sampled-speculation runs, SGLang's engine runs
 # (tests/engines/sglang/test_engine.py) and all-reduce reference, ExLlamaV3's Q8 ring and static-table ring runs, the
