@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import plan
 
-from overlay.check.census import switch_for
+from overlay.check.census import declared, switch_for
 from overlay.check.census_rules import decide
 from overlay.core.series import load_series
 
@@ -30,16 +30,7 @@ from overlay.core.series import load_series
 def declared_fields(engine: str, patch: Any, mech: Any, switch: Any) -> dict[str, Any]:
     """What every device record says of one declared mechanism: the patch, the claim and the switch that turns it
     on (records here and vllm_records.py)."""
-    return {
-        "engine": engine,
-        "patch": patch.name,
-        "metric": mech.metric,
-        "direction": mech.direction,
-        "scenario": mech.scenario,
-        "declared": mech.text,
-        "flag": switch.text,
-        "default": switch.default,
-    }
+    return {"engine": engine, **declared(patch, mech, switch), "default": switch.default}
 
 
 def unmeasured(entry: dict[str, Any], note: str, *, probe: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -184,19 +175,9 @@ def records(resolved: dict[str, Any], report: dict[str, Any] | None) -> list[dic
         out.append(unmeasured(n, f"not measured: not on one GPU ({n['reason']})"))
     for u in resolved["unplanned"]:
         out.append(
-            {
-                **{k: u[k] for k in ("patch", "metric", "direction", "scenario", "declared", "flag")},
-                "probe": None,
-                "stock": None,
-                "patched": None,
-                "flag_off": None,
-                "before": None,
-                "after": None,
-                "holds": None,
-                "sites": {"stock": [], "patched": []},
-                "time": None,
-                "note": "not measured: no device probe is planned for this mechanism (scripts/device/plan.py)",
-            }
+            unmeasured(
+                u, "not measured: no device probe is planned for this mechanism (scripts/device/plan.py)"
+            )
         )
     return out
 

@@ -119,6 +119,18 @@ def _value(result: dict[str, Any], metric: str) -> Any:
     return (result.get("metrics") or {}).get(metric)
 
 
+def declared(patch: Patch, mech: Mechanism, switch: Switch) -> dict[str, Any]:
+    """What every census record says of one declared mechanism: the patch, the claim and the switch turning it on."""
+    return {
+        "patch": patch.name,
+        "metric": mech.metric,
+        "direction": mech.direction,
+        "scenario": mech.scenario,
+        "declared": mech.text,
+        "flag": switch.text,
+    }
+
+
 Label = Callable[[Mechanism, dict[str, Any], dict[str, Any]], str | None]
 PrefixArm = Callable[[int], Arm]  # the arm of the series' first N patches (0: stock)
 
@@ -138,12 +150,7 @@ def record_for(
     """``index``: the patch's 1-based position in the series (needed, with ``prefix_arm``, for an always-on patch)."""
     switch = switch_for(patch.flags)
     rec: dict[str, Any] = {
-        "patch": patch.name,
-        "metric": mech.metric,
-        "direction": mech.direction,
-        "scenario": mech.scenario,
-        "declared": mech.text,
-        "flag": switch.text,
+        **declared(patch, mech, switch),
         "stock": None,
         "patched": None,
         "flag_off": None,
@@ -281,12 +288,7 @@ def census_records(
             if unavailable is not None:
                 records.append(
                     {
-                        "patch": patch.name,
-                        "metric": mech.metric,
-                        "direction": mech.direction,
-                        "scenario": mech.scenario,
-                        "declared": mech.text,
-                        "flag": switch_for(patch.flags).text,
+                        **declared(patch, mech, switch_for(patch.flags)),
                         "stock": None,
                         "patched": None,
                         "flag_off": None,

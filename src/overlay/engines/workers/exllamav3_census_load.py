@@ -138,7 +138,6 @@ def load_census(
                     out = model_init.init(args, load_tokenizer=False, quiet=True, progress=False)
             except ValueError as e:  # model_init's own refusals (--draft_window on a drafter without rings)
                 raise SystemExit(f"exllamav3 census: model_init refused {argv[6:]}: {e}") from None
-            os.environ.__class__ = plain_environ
             cache, draft_cache = out[2], out[-1]
             detail: dict[str, Any] = {"cache": _cache_doc(cache), "draft_cache": _cache_doc(draft_cache)}
             del out, cache, draft_cache

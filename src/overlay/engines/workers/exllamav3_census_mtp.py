@@ -92,7 +92,7 @@ def mtp_round(
     from exllamav3.modules.attention_fn import dsa_triton, mla_triton
     from exllamav3.modules.mla_attn import MLAttention
 
-    c = _views_of_device(census_cls)(placement="is_cuda", device_class=dev_cls, skip=skip)
+    c = census_cls(placement="is_cuda", device_class=dev_cls, skip=skip)
     dev = torch.device("cpu", 0)
     g = torch.Generator().manual_seed(5)
 
@@ -392,27 +392,3 @@ def mtp_round(
         "violations": report["violations"][:5],
     }
     return census_record(SCENARIO, report, metrics, notes, standin=STANDIN, detail=detail, steps=steps)
-
-
-def _views_of_device(census_cls: Any) -> Any:
-    """The census with one placement fix: a view the dispatcher makes of a device tensor (``out[:, :w] = src``
-    reaches aten as ``copy_`` into a plain slice of ``out``'s storage) is device memory, not the host; without it
-    every slice assignment into a device tensor counts as a host sync (``copy_ to host``)."""
-    import weakref
-
-    class ViewsOfDevice(census_cls):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._storages: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-        def is_device(self, t: Any) -> bool:
-            if getattr(t, "is_cuda", False):
-                self._storages[t.untyped_storage().data_ptr()] = t
-                return True
-            if self.placement == "is_cuda" and getattr(t, "_base", None) is not None:
-                owner = self._storages.get(t.untyped_storage().data_ptr())
-                if owner is not None and owner.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-                    return True
-            return bool(super().is_device(t))
-
-    return ViewsOfDevice
